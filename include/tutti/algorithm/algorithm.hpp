@@ -1,0 +1,74 @@
+/// \file
+/// What makes an algorithm: a small aggregate with a `name` and, for each collective it can
+/// run, a const member function template taking the call's `channel` and the user's views:
+///
+///     struct my_algo {
+///       static constexpr std::string_view name = "my_algo";
+///       template <class Channel, class T, class Op>
+///       void all_reduce(Channel& ch, tutti::view<T> buf, const Op& op) const;
+///     };
+///
+/// Signatures, for reference (p = ch.size() >= 2; the communicator handles p = 1 and checks
+/// every size before calling):
+///   broadcast(ch, view<T> buf, int root)          reduce(ch, view<T> buf, int root, op)
+///   all_reduce(ch, view<T> buf, op)               barrier(ch)
+///   gather(ch, view<const T> in, view<T> out, int root)      all_gather(ch, in, out)
+///   scatter(ch, view<const T> in, view<T> out, int root)     all_to_all(ch, in, out)
+///   reduce_scatter(ch, view<const T> in, view<T> out, op)
+/// A collective an algorithm lacks is a compile error naming it (`algorithm_for`).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <type_traits>
+
+#include "tutti/core/dtype.hpp"
+#include "tutti/core/fingerprint.hpp"
+#include "tutti/core/view.hpp"
+#include "tutti/op/ops.hpp"
+
+namespace tutti {
+
+namespace algo {
+/// Per-call placeholder: "use the communicator's algorithm".
+struct inherit {};
+}  // namespace algo
+
+namespace detail {
+/// Stands in for a channel when probing which collectives an algorithm offers.
+struct probe_channel {
+  int rank() const;
+  int size() const;
+};
+}  // namespace detail
+
+/// `A` has a schedule for collective `C`.
+template <class A, collective C>
+concept algorithm_for = requires(const A& a, detail::probe_channel& ch, view<float> out,
+                                 view<const float> in) {
+  requires(C != collective::broadcast || requires { a.broadcast(ch, out, 0); });
+  requires(C != collective::reduce || requires { a.reduce(ch, out, 0, op::sum{}); });
+  requires(C != collective::all_reduce || requires { a.all_reduce(ch, out, op::sum{}); });
+  requires(C != collective::gather || requires { a.gather(ch, in, out, 0); });
+  requires(C != collective::all_gather || requires { a.all_gather(ch, in, out); });
+  requires(C != collective::scatter || requires { a.scatter(ch, in, out, 0); });
+  requires(C != collective::all_to_all || requires { a.all_to_all(ch, in, out); });
+  requires(C != collective::reduce_scatter || requires { a.reduce_scatter(ch, in, out, op::sum{}); });
+  requires(C != collective::barrier || requires { a.barrier(ch); });
+};
+
+/// Any algorithm: a type with a name.
+template <class A>
+concept algorithm = std::is_default_constructible_v<A> && std::is_copy_constructible_v<A> &&
+                    requires {
+                      { A::name } -> std::convertible_to<std::string_view>;
+                    };
+
+/// The id an algorithm puts in the fingerprint, so ranks that run different schedules (say,
+/// through a different `TUTTI_ALGO`) get a mismatch error instead of a hang.
+template <class A>
+constexpr std::uint32_t algorithm_id() noexcept {
+  return static_cast<std::uint32_t>(detail::fnv1a(A::name) & 0xffffffffu);
+}
+
+}  // namespace tutti

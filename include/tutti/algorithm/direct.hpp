@@ -1,0 +1,140 @@
+/// \file
+/// `tutti::algo::direct`: every rank talks straight to the ranks it needs, no forwarding.
+/// Linear schedules for rooted collectives, pairwise exchange (step s: send to rank + s, receive
+/// from rank − s) for the all-to-all family. Fewest bytes per rank, p−1 messages per rank.
+///
+/// Schedules and α-β cost (p ranks, n bytes):
+/// - all_to_all: pairwise, (p−1)·(α + n/p·β)
+/// - gather / scatter: linear at the root, (p−1)·(α + n·β) at the root
+/// - broadcast / reduce: linear, (p−1)·(α + n·β) at the root (+ γ)
+/// - all_gather: pairwise, (p−1)·(α + n·β); reduce_scatter: pairwise, (p−1)·(α + n/p·(β + γ))
+/// - all_reduce: pairwise reduce-scatter + pairwise all-gather, 2(p−1)·α + 2n(p−1)/p·β
+/// - barrier: everyone reports to rank 0, rank 0 releases everyone
+#pragma once
+
+#include <cstddef>
+#include <cstring>
+#include <string_view>
+
+#include "tutti/algorithm/algorithm.hpp"
+#include "tutti/algorithm/schedule.hpp"
+
+namespace tutti::algo {
+
+struct direct {
+  static constexpr std::string_view name = "direct";
+
+  template <class Ch, class T>
+  void broadcast(Ch& ch, view<T> buf, int root) const {
+    const int p = ch.size(), r = ch.rank();
+    if (r != root) return ch.recv(root, buf);
+    for (int i = 1; i < p; ++i) ch.send(schedule::mod(root + i, p), view<const T>(buf));
+  }
+
+  template <class Ch, class T, class Op>
+  void reduce(Ch& ch, view<T> buf, int root, const Op& op) const {
+    const int p = ch.size(), r = ch.rank();
+    if (r != root) return ch.send(root, view<const T>(buf));
+    for (int i = 1; i < p; ++i) ch.recv_reduce(schedule::mod(root + i, p), view<const T>(buf), buf, op);
+  }
+
+  template <class Ch, class T, class Op>
+  void all_reduce(Ch& ch, view<T> buf, const Op& op) const {
+    const int p = ch.size(), r = ch.rank();
+    const std::size_t n = buf.size();
+    auto blk = [&](int b) {
+      const auto rg = schedule::block(n, p, b);
+      return buf.subview(rg.begin, rg.size());
+    };
+    // Reduce-scatter: rank r collects everybody's copy of block r.
+    for (int s = 1; s < p; ++s) {
+      const int to = schedule::mod(r + s, p), from = schedule::mod(r - s, p);
+      ch.sendrecv_reduce(to, view<const T>(blk(to)), from, view<const T>(blk(r)), blk(r), op);
+    }
+    // All-gather: hand block r to everybody.
+    for (int s = 1; s < p; ++s) {
+      const int to = schedule::mod(r + s, p), from = schedule::mod(r - s, p);
+      ch.sendrecv(to, view<const T>(blk(r)), from, blk(from));
+    }
+  }
+
+  template <class Ch, class T>
+  void gather(Ch& ch, view<const T> in, view<T> out, int root) const {
+    const int p = ch.size(), r = ch.rank();
+    if (r != root) return ch.send(root, in);
+    copy(in, block(out, r, in.size()));
+    for (int i = 1; i < p; ++i) {
+      const int from = schedule::mod(root + i, p);
+      ch.recv(from, block(out, from, in.size()));
+    }
+  }
+
+  template <class Ch, class T>
+  void scatter(Ch& ch, view<const T> in, view<T> out, int root) const {
+    const int p = ch.size(), r = ch.rank();
+    if (r != root) return ch.recv(root, out);
+    for (int i = 1; i < p; ++i) {
+      const int to = schedule::mod(root + i, p);
+      ch.send(to, block(in, to, out.size()));
+    }
+    copy(block(in, r, out.size()), out);
+  }
+
+  template <class Ch, class T>
+  void all_gather(Ch& ch, view<const T> in, view<T> out) const {
+    const int p = ch.size(), r = ch.rank();
+    copy(in, block(out, r, in.size()));
+    for (int s = 1; s < p; ++s)
+      ch.sendrecv(schedule::mod(r + s, p), in, schedule::mod(r - s, p),
+                  block(out, schedule::mod(r - s, p), in.size()));
+  }
+
+  template <class Ch, class T>
+  void all_to_all(Ch& ch, view<const T> in, view<T> out) const {
+    const int p = ch.size(), r = ch.rank();
+    const std::size_t blk = in.size() / static_cast<std::size_t>(p);
+    copy(block(in, r, blk), block(out, r, blk));
+    for (int s = 1; s < p; ++s) {
+      const int to = schedule::mod(r + s, p), from = schedule::mod(r - s, p);
+      ch.sendrecv(to, block(in, to, blk), from, block(out, from, blk));
+    }
+  }
+
+  template <class Ch, class T, class Op>
+  void reduce_scatter(Ch& ch, view<const T> in, view<T> out, const Op& op) const {
+    const int p = ch.size(), r = ch.rank();
+    const std::size_t blk = out.size();
+    for (int s = 1; s < p; ++s) {
+      const int to = schedule::mod(r + s, p), from = schedule::mod(r - s, p);
+      ch.sendrecv_reduce(to, block(in, to, blk), from,
+                         s == 1 ? block(in, r, blk) : view<const T>(out), out, op);
+    }
+  }
+
+  template <class Ch>
+  void barrier(Ch& ch) const {
+    const int p = ch.size(), r = ch.rank();
+    if (r != 0) {
+      ch.send(0, view<const char>{});
+      ch.recv(0, view<char>{});
+      return;
+    }
+    for (int i = 1; i < p; ++i) ch.recv(i, view<char>{});
+    for (int i = 1; i < p; ++i) ch.send(i, view<const char>{});
+  }
+
+ private:
+  template <class T>
+  static view<T> block(view<T> v, int b, std::size_t blk) {
+    return v.subview(static_cast<std::size_t>(b) * blk, blk);
+  }
+  template <class T>
+  static void copy(view<const T> from, view<T> to) {
+    if (!from.empty() && from.data() != to.data()) std::memcpy(to.data(), from.data(), from.size_bytes());
+  }
+};
+
+static_assert(algorithm<direct>);
+static_assert(algorithm_for<direct, collective::all_to_all>);
+
+}  // namespace tutti::algo

@@ -1,0 +1,110 @@
+/// \file
+/// The fingerprint: what each rank says it is doing in a call. It travels in the header of every
+/// message, and a receiver that finds a different one raises `mismatch_error` naming both ranks
+/// and both values, instead of hanging or reducing garbage.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "tutti/core/dtype.hpp"
+#include "tutti/op/ops.hpp"
+
+namespace tutti {
+
+/// The operations a fingerprint can name.
+enum class collective : std::uint8_t {
+  broadcast,
+  reduce,
+  all_reduce,
+  gather,
+  all_gather,
+  scatter,
+  all_to_all,
+  reduce_scatter,
+  barrier,
+  send_recv,  ///< point-to-point (not sequenced)
+  group,      ///< new_group / split agreement
+};
+
+constexpr std::string_view collective_name(collective c) noexcept {
+  constexpr std::string_view names[] = {"broadcast",  "reduce",  "all_reduce",    "gather",
+                                        "all_gather", "scatter", "all_to_all",    "reduce_scatter",
+                                        "barrier",    "send/recv", "new_group/split"};
+  return names[static_cast<int>(c)];
+}
+
+/// One call's identity. Every rank of a collective computes the same fingerprint; the count is
+/// the one all ranks must agree on (the per-rank block for gather, scatter, all_to_all and
+/// reduce_scatter outputs).
+struct fingerprint {
+  std::uint64_t context = 0;  ///< which communicator
+  std::uint64_t seq = 0;      ///< collective sequence number within the communicator
+  std::uint64_t count = 0;    ///< agreed element count
+  std::uint32_t dtype = 0;    ///< dtype id
+  std::uint32_t op = 0;       ///< op id (0: no op)
+  std::int32_t root = -1;     ///< root rank, or the tag for send/recv, -1: none
+  std::uint32_t algo = 0;     ///< algorithm id (the concrete one `automatic` chose)
+  collective coll = collective::barrier;
+  std::uint8_t elem_size = 0;
+  std::uint16_t reserved = 0;
+
+  friend bool operator==(const fingerprint&, const fingerprint&) = default;
+};
+
+/// The header in front of every message: the fingerprint and the byte count of this message.
+struct header {
+  fingerprint fp;
+  std::uint64_t bytes = 0;
+};
+
+namespace detail {
+inline std::string fingerprint_summary(const fingerprint& f, std::string_view algo_name = {}) {
+  std::string s(collective_name(f.coll));
+  if (!algo_name.empty()) {
+    s += '(';
+    s += algo_name;
+    s += ')';
+  }
+  s += " #" + std::to_string(f.seq);
+  s += " count=" + std::to_string(f.count);
+  s += " dtype=" + dtype_name({f.dtype, f.elem_size});
+  if (f.op) s += " op=" + std::string(op_name(f.op));
+  if (f.root >= 0) s += (f.coll == collective::send_recv ? " tag=" : " root=") + std::to_string(f.root);
+  return s;
+}
+
+/// "rank 0 passed count=10, rank 1 passed count=12" for the first field that differs.
+inline std::string describe_difference(const fingerprint& mine, int my_rank,
+                                       const fingerprint& theirs, int their_rank) {
+  auto both = [&](std::string_view what, const std::string& a, const std::string& b) {
+    return "rank " + std::to_string(my_rank) + " called with " + std::string(what) + "=" + a +
+           ", rank " + std::to_string(their_rank) + " with " + std::string(what) + "=" + b;
+  };
+  if (mine.coll != theirs.coll || mine.seq != theirs.seq)
+    return "rank " + std::to_string(my_rank) + " is in " + fingerprint_summary(mine) +
+           ", rank " + std::to_string(their_rank) + " is in " + fingerprint_summary(theirs) +
+           " (different collectives, or a different order of calls)";
+  if (mine.dtype != theirs.dtype || mine.elem_size != theirs.elem_size)
+    return both("dtype", dtype_name({mine.dtype, mine.elem_size}),
+                dtype_name({theirs.dtype, theirs.elem_size}));
+  if (mine.count != theirs.count)
+    return both("count", std::to_string(mine.count), std::to_string(theirs.count));
+  if (mine.op != theirs.op)
+    return both("op", std::string(op_name(mine.op)) + "#" + std::to_string(mine.op),
+                std::string(op_name(theirs.op)) + "#" + std::to_string(theirs.op));
+  if (mine.root != theirs.root)
+    return both(mine.coll == collective::send_recv ? "tag" : "root", std::to_string(mine.root),
+                std::to_string(theirs.root));
+  if (mine.algo != theirs.algo)
+    return both("algorithm id", std::to_string(mine.algo), std::to_string(theirs.algo)) +
+           " (TUTTI_ALGO or the algorithm type differs between ranks)";
+  if (mine.context != theirs.context)
+    return both("communicator context", std::to_string(mine.context),
+                std::to_string(theirs.context));
+  return "fingerprints differ";
+}
+}  // namespace detail
+
+}  // namespace tutti

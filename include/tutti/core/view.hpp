@@ -1,0 +1,93 @@
+/// \file
+/// `tutti::view<T>`: a non-owning typed window on contiguous user memory. Collectives read and
+/// write through views; they never copy user data into library-owned buffers unless an
+/// algorithm or transport needs a staging area (documented where it happens).
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <ranges>
+#include <span>
+#include <type_traits>
+
+namespace tutti {
+
+/// A typed, non-owning view of `size()` contiguous elements of a trivially copyable `T`.
+/// `view<const T>` is an input view; `view<T>` converts to it implicitly.
+///
+///     std::vector<float> v(1024);
+///     auto a = tutti::view(v);            // view<float>
+///     auto b = tutti::view(v.data(), 8);  // view<float>
+///     tutti::view<const float> c = a;     // input view
+template <class T>
+class view {
+  static_assert(std::is_trivially_copyable_v<std::remove_const_t<T>>,
+                "tutti::view<T>: T must be trivially copyable, since collectives move it as bytes");
+
+ public:
+  using element_type = T;
+  using value_type = std::remove_cv_t<T>;
+  using size_type = std::size_t;
+  using iterator = T*;
+
+  constexpr view() noexcept = default;
+  constexpr view(T* data, std::size_t size) noexcept : data_(data), size_(size) {}
+
+  /// From any contiguous sized range of T (std::vector, std::array, std::span, C arrays).
+  template <class R>
+    requires(!std::same_as<std::remove_cvref_t<R>, view> && std::ranges::contiguous_range<R> &&
+             std::ranges::sized_range<R> &&
+             std::convertible_to<std::remove_reference_t<std::ranges::range_reference_t<R>> (*)[],
+                                 T (*)[]>)
+  constexpr view(R&& r) noexcept  // NOLINT(google-explicit-constructor): views are cheap handles
+      : data_(std::ranges::data(r)), size_(std::ranges::size(r)) {}
+
+  /// `view<T>` converts to `view<const T>`.
+  template <class U>
+    requires(std::same_as<const U, T> && !std::same_as<U, T>)
+  constexpr view(view<U> other) noexcept : data_(other.data()), size_(other.size()) {}
+
+  constexpr T* data() const noexcept { return data_; }
+  constexpr std::size_t size() const noexcept { return size_; }
+  constexpr std::size_t size_bytes() const noexcept { return size_ * sizeof(T); }
+  constexpr bool empty() const noexcept { return size_ == 0; }
+  constexpr T* begin() const noexcept { return data_; }
+  constexpr T* end() const noexcept { return data_ + size_; }
+  constexpr T& operator[](std::size_t i) const noexcept { return data_[i]; }
+
+  /// Elements [offset, offset + count).
+  constexpr view subview(std::size_t offset, std::size_t count) const noexcept {
+    return {data_ + offset, count};
+  }
+  constexpr std::span<T> span() const noexcept { return {data_, size_}; }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+template <class T>
+view(T*, std::size_t) -> view<T>;
+template <class R>
+  requires std::ranges::contiguous_range<R>
+view(R&&) -> view<std::remove_reference_t<std::ranges::range_reference_t<R>>>;
+
+namespace detail {
+template <class T>
+struct is_view : std::false_type {};
+template <class T>
+struct is_view<view<T>> : std::true_type {};
+
+/// True when the byte ranges of two views overlap.
+template <class A, class B>
+bool overlaps(view<A> a, view<B> b) noexcept {
+  if (a.empty() || b.empty()) return false;
+  auto a0 = reinterpret_cast<std::uintptr_t>(a.data());
+  auto b0 = reinterpret_cast<std::uintptr_t>(b.data());
+  return a0 < b0 + b.size_bytes() && b0 < a0 + a.size_bytes();
+}
+}  // namespace detail
+
+}  // namespace tutti

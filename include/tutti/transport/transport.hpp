@@ -1,0 +1,85 @@
+/// \file
+/// The transport concept: what an algorithm needs from whatever moves the bytes.
+///
+/// A transport is a value type for one group of ranks. It offers blocking point-to-point moves of
+/// a header plus a payload, a full-duplex `sendrecv` (rings need it to avoid deadlock), and
+/// `sub(members, context)`, a transport for a sub-group sharing the same links. Each call takes a
+/// `wait_context`: the deadline and what to name in an error.
+///
+/// Contract every transport keeps:
+/// - The receiver compares the arriving header with the expected one (`detail::check_header`)
+///   and raises `mismatch_error` on any difference, before touching the payload.
+/// - Payloads move straight from and to the given memory; staging exists only where the medium
+///   requires it.
+/// - No wait outlives the deadline: `timeout_error` names the peer, the collective, the
+///   algorithm and the bytes.
+///
+/// Optional capability `zero_copy_recv`: `recv_with` / `sendrecv_with` hand the peer's bytes to a
+/// consumer in place (a pointer into the sender's memory or a shared segment), so a reduction
+/// can read them without a staging copy.
+#pragma once
+
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "tutti/core/error.hpp"
+#include "tutti/core/fingerprint.hpp"
+#include "tutti/detail/function_ref.hpp"
+
+namespace tutti {
+
+/// What a blocking transport call needs besides the bytes: how long to wait and what to say.
+struct wait_context {
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  std::string_view algorithm;  ///< for error messages
+};
+
+/// The transport concept (see the file comment).
+template <class T>
+concept transport =
+    std::copy_constructible<T> &&
+    requires(T& t, const T& ct, int peer, const header& h, const std::byte* in, std::byte* out,
+             const wait_context& w, std::span<const int> members, std::uint64_t context) {
+      { ct.rank() } -> std::convertible_to<int>;
+      { ct.size() } -> std::convertible_to<int>;
+      t.send(peer, h, in, w);
+      t.recv(peer, h, out, w);
+      t.sendrecv(peer, h, in, peer, h, out, w);
+      { ct.sub(members, context) } -> std::same_as<T>;
+    };
+
+/// Capability: the transport can hand a peer's bytes to a consumer in place.
+template <class T>
+concept zero_copy_recv =
+    transport<T> && requires(T& t, int peer, const header& h, const std::byte* in,
+                             const wait_context& w, detail::byte_consumer consume) {
+      t.recv_with(peer, h, consume, w);
+      t.sendrecv_with(peer, h, in, peer, h, consume, w);
+    };
+
+namespace detail {
+/// The check every receiver makes before touching a payload.
+inline void check_header(const header& expected, int my_rank, const header& got, int peer,
+                         std::string_view algo) {
+  if (expected.fp != got.fp)
+    throw mismatch_error(std::string(collective_name(expected.fp.coll)) + "(" +
+                         std::string(algo) + "): " +
+                         describe_difference(expected.fp, my_rank, got.fp, peer));
+  if (expected.bytes != got.bytes)
+    throw mismatch_error(std::string(collective_name(expected.fp.coll)) + "(" +
+                         std::string(algo) + "): rank " + std::to_string(my_rank) +
+                         " expected " + std::to_string(expected.bytes) + " bytes from rank " +
+                         std::to_string(peer) + ", which sent " + std::to_string(got.bytes));
+}
+
+inline std::string where(const header& h, std::string_view algo) {
+  return std::string(collective_name(h.fp.coll)) + "(" + std::string(algo) + ")";
+}
+}  // namespace detail
+
+}  // namespace tutti

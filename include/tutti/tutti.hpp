@@ -1,0 +1,24 @@
+/// \file
+/// The umbrella header: everything in tutti that needs nothing beyond the standard library and
+/// Linux. Transports with optional dependencies (tcp, mpi, cuda, nccl) have headers of their own.
+#pragma once
+
+#include "tutti/algorithm/algorithm.hpp"
+#include "tutti/algorithm/automatic.hpp"
+#include "tutti/algorithm/channel.hpp"
+#include "tutti/algorithm/direct.hpp"
+#include "tutti/algorithm/recursive_doubling.hpp"
+#include "tutti/algorithm/ring.hpp"
+#include "tutti/algorithm/schedule.hpp"
+#include "tutti/algorithm/tree.hpp"
+#include "tutti/core/config.hpp"
+#include "tutti/core/dtype.hpp"
+#include "tutti/core/error.hpp"
+#include "tutti/core/fingerprint.hpp"
+#include "tutti/core/float16.hpp"
+#include "tutti/core/view.hpp"
+#include "tutti/group/communicator.hpp"
+#include "tutti/op/kernels.hpp"
+#include "tutti/op/ops.hpp"
+#include "tutti/transport/inproc.hpp"
+#include "tutti/transport/transport.hpp"
