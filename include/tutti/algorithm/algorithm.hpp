@@ -19,9 +19,11 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <type_traits>
 
+#include "tutti/algorithm/channel.hpp"
 #include "tutti/core/dtype.hpp"
 #include "tutti/core/fingerprint.hpp"
 #include "tutti/core/view.hpp"
@@ -35,16 +37,21 @@ struct inherit {};
 }  // namespace algo
 
 namespace detail {
-/// Stands in for a channel when probing which collectives an algorithm offers.
-struct probe_channel {
+/// The plainest transport: what an algorithm may rely on when it asks for no capability.
+struct probe_transport {
   int rank() const;
   int size() const;
+  void send(int, const header&, const std::byte*, const wait_context&);
+  void recv(int, const header&, std::byte*, const wait_context&);
+  void sendrecv(int, const header&, const std::byte*, int, const header&, std::byte*, const wait_context&);
+  probe_transport sub(std::span<const int>, std::uint64_t) const;
 };
+static_assert(transport<probe_transport>);
 }  // namespace detail
 
-/// `A` has a schedule for collective `C`.
-template <class A, collective C>
-concept algorithm_for = requires(const A& a, detail::probe_channel& ch, view<float> out,
+/// `A` has a schedule for collective `C` on `Transport` (by default: on any transport).
+template <class A, collective C, class Transport = detail::probe_transport>
+concept algorithm_for = requires(const A& a, channel<Transport>& ch, view<float> out,
                                  view<const float> in) {
   requires(C != collective::broadcast || requires { a.broadcast(ch, out, 0); });
   requires(C != collective::reduce || requires { a.reduce(ch, out, 0, op::sum{}); });

@@ -19,6 +19,10 @@
 /// | all_to_all     | direct (pairwise exchange)                                                |
 /// | barrier        | recursive_doubling (dissemination, ⌈lg p⌉ rounds)                         |
 ///
+/// On a transport with shared windows (`tutti::shm`), every collective runs `shared_memory`'s
+/// native schedule: loads and stores instead of messages, p−1 fewer copies than any
+/// point-to-point schedule.
+///
 /// `TUTTI_ALGO` overrides the rule: either one algorithm name, used for every collective it
 /// has a schedule for (`TUTTI_ALGO=ring`), or a comma-separated list of `collective=algorithm`
 /// (`TUTTI_ALGO=all_reduce=ring,broadcast=tree`). Names are checked strictly: an unknown name,
@@ -34,6 +38,7 @@
 #include "tutti/algorithm/algorithm.hpp"
 #include "tutti/algorithm/direct.hpp"
 #include "tutti/algorithm/recursive_doubling.hpp"
+#include "tutti/algorithm/shared_memory.hpp"
 #include "tutti/algorithm/ring.hpp"
 #include "tutti/algorithm/tree.hpp"
 #include "tutti/core/error.hpp"
@@ -44,12 +49,13 @@ struct automatic {
   static constexpr std::string_view name = "automatic";
 
   /// The concrete algorithms automatic chooses among; their knobs are used as set here.
-  enum class choice : unsigned char { ring, tree, recursive_doubling, direct };
+  enum class choice : unsigned char { ring, tree, recursive_doubling, direct, shared_memory };
 
   algo::ring ring{};
   algo::tree tree{};
   algo::recursive_doubling recursive_doubling{};
   algo::direct direct{};
+  algo::shared_memory shared_memory{};
 
   /// Thresholds of the rule above, in bytes.
   std::size_t small_all_reduce_bytes = std::size_t{16} << 10;
@@ -83,9 +89,11 @@ struct automatic {
     }
   }
 
-  /// The rule, unless `table` names an algorithm for this collective.
-  choice choose(collective c, std::size_t bytes, int p, const override_table& table) const noexcept {
+  /// The rule, unless `table` names an algorithm for this collective; `windows`: the
+  /// transport offers shared windows.
+  choice choose(collective c, std::size_t bytes, int p, const override_table& table, bool windows) const noexcept {
     if (const auto& o = table.per_collective[static_cast<std::size_t>(c)]) return *o;
+    if (windows) return choice::shared_memory;
     return choose(c, bytes, p);
   }
 
@@ -96,12 +104,13 @@ struct automatic {
       case choice::ring: return f(ring);
       case choice::tree: return f(tree);
       case choice::recursive_doubling: return f(recursive_doubling);
+      case choice::shared_memory: return f(shared_memory);
       default: return f(direct);
     }
   }
 
   static constexpr std::string_view choice_name(choice c) noexcept {
-    constexpr std::string_view names[] = {"ring", "tree", "recursive_doubling", "direct"};
+    constexpr std::string_view names[] = {"ring", "tree", "recursive_doubling", "direct", "shared_memory"};
     return names[static_cast<int>(c)];
   }
 
@@ -119,8 +128,10 @@ struct automatic {
             algorithm_for<A, collective::all_to_all>, algorithm_for<A, collective::reduce_scatter>,
             algorithm_for<A, collective::barrier>};
   }
-  static constexpr std::array<std::array<bool, 9>, 4> support_table() {
-    return {row<algo::ring>(), row<algo::tree>(), row<algo::recursive_doubling>(), row<algo::direct>()};
+  static constexpr std::array<std::array<bool, 9>, 5> support_table() {
+    // shared_memory has every collective, on transports with shared windows.
+    return {row<algo::ring>(), row<algo::tree>(), row<algo::recursive_doubling>(), row<algo::direct>(),
+            std::array<bool, 9>{true, true, true, true, true, true, true, true, true}};
   }
 };
 
@@ -132,7 +143,7 @@ inline automatic::override_table automatic::override_table::parse(std::string_vi
     return s;
   };
   auto algo_named = [&](std::string_view n) -> choice {
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < 5; ++i)
       if (choice_name(static_cast<choice>(i)) == n) return static_cast<choice>(i);
     if (n == "automatic") throw config_error("TUTTI_ALGO: 'automatic' is the default; leave the collective out instead");
     throw config_error("TUTTI_ALGO: unknown algorithm '" + std::string(n) +

@@ -33,6 +33,8 @@ class channel {
   int size() const { return t_.size(); }
   const fingerprint& fp() const noexcept { return fp_; }
   std::string_view algorithm() const noexcept { return wait_.algorithm; }
+  /// The deadline and names every blocking call of this collective uses.
+  const wait_context& wait() const noexcept { return wait_; }
   Transport& transport() noexcept { return t_; }
 
   /// Blocks until `peer` has taken `data` (or it is buffered by the medium).
@@ -68,7 +70,7 @@ class channel {
   template <class T, class Op>
   void recv_reduce(int from, view<const T> mine, view<T> result, const Op& op) {
     const header h = hdr(mine.size_bytes());
-    if constexpr (zero_copy_recv<Transport>) {
+    if constexpr (reduce_in_place<T>) {
       t_.recv_with(from, h, reducer(mine, result, op), wait_);
     } else {
       auto tmp = staging<T>(mine.size());
@@ -83,7 +85,7 @@ class channel {
   void sendrecv_reduce(int to, view<const T> out, int from, view<const T> mine, view<T> result,
                        const Op& op) {
     const header hs = hdr(out.size_bytes()), hr = hdr(mine.size_bytes());
-    if constexpr (zero_copy_recv<Transport>) {
+    if constexpr (reduce_in_place<T>) {
       t_.sendrecv_with(to, hs, bytes(out), from, hr, reducer(mine, result, op), wait_);
     } else {
       auto tmp = staging<T>(mine.size());
@@ -100,6 +102,11 @@ class channel {
   }
 
  private:
+  /// Reduce straight from the transport's memory: it offers zero copy and pieces hold whole
+  /// elements (the element size divides 64).
+  template <class T>
+  static constexpr bool reduce_in_place = zero_copy_recv<Transport> && 64 % sizeof(T) == 0;
+
   template <class T>
   view<T> staging(std::size_t n) {
     return scratch<T>(3, n);
@@ -112,10 +119,11 @@ class channel {
 
   template <class T, class Op>
   static auto reducer(view<const T> mine, view<T> result, const Op& op) {
-    return [mine, result, &op](const std::byte* data, std::size_t n) {
-      // Zero-copy transports hand out the sender's view itself (or a segment slot aligned at
-      // least as strictly), so the bytes are properly aligned for T.
-      detail::combine(result.data(), mine.data(), reinterpret_cast<const T*>(data),
+    return [mine, result, &op](const std::byte* data, std::size_t offset, std::size_t n) {
+      // Pieces start at multiples of 64 bytes of the payload, so for element sizes dividing 64
+      // they hold whole elements, aligned as the sender's (or a 64-byte aligned slot).
+      const std::size_t first = offset / sizeof(T);
+      detail::combine(result.data() + first, mine.data() + first, reinterpret_cast<const T*>(data),
                       n / sizeof(T), op);
     };
   }

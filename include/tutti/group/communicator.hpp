@@ -51,6 +51,13 @@ class communicator {
       : t_(std::move(t)), algo_(std::move(a)), cfg_(std::move(cfg)),
         overrides_(algo::automatic::override_table::parse(cfg_.algo_override)) {}
 
+  /// Joins the job the environment describes (`Transport::from_env()`, e.g. `tutti::shm`).
+  static communicator from_env()
+    requires requires { Transport::from_env(); }
+  {
+    return communicator(Transport::from_env());
+  }
+
   communicator(communicator&&) noexcept = default;
   communicator& operator=(communicator&&) noexcept = default;
 
@@ -299,7 +306,7 @@ class communicator {
 
   template <class Algo, collective C>
   static constexpr bool supports =
-      std::is_same_v<resolved<Algo>, algo::automatic> || algorithm_for<resolved<Algo>, C>;
+      std::is_same_v<resolved<Algo>, algo::automatic> || algorithm_for<resolved<Algo>, C, Transport>;
 
   template <class Algo>
   const resolved<Algo>& pick(const Algo& a) const {
@@ -313,14 +320,18 @@ class communicator {
     const auto& a = pick(a0);
     using A = std::remove_cvref_t<decltype(a)>;
     if constexpr (std::is_same_v<A, algo::automatic>) {
-      const auto choice = a.choose(C, bytes, size(), overrides_);
+      const auto choice = a.choose(C, bytes, size(), overrides_, algorithm_for<algo::shared_memory, C, Transport>);
       if (cfg_.debug == log_level::info)
         detail::log(log_level::info, cfg_, rank(),
                     std::string(collective_name(C)) + " of " + std::to_string(bytes) + " bytes on " +
                         std::to_string(size()) + " ranks: " + std::string(algo::automatic::choice_name(choice)));
       a.visit(choice, [&](const auto& concrete) {
         using CA = std::remove_cvref_t<decltype(concrete)>;
-        if constexpr (algorithm_for<CA, C>) execute(concrete, fp, body);
+        if constexpr (algorithm_for<CA, C, Transport>)
+          execute(concrete, fp, body);
+        else
+          throw config_error("TUTTI_ALGO asks for " + std::string(CA::name) + ", which has no " +
+                             std::string(collective_name(C)) + " schedule on this transport");
       });
     } else {
       execute(a, fp, body);
@@ -344,6 +355,7 @@ class communicator {
       throw;
     } catch (const std::exception& e) {
       broken_ = e.what();
+      if constexpr (requires { t_.fail(std::string_view{}); }) t_.fail(broken_);  // tell the peers
       throw;
     }
   }

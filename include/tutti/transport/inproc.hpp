@@ -176,8 +176,8 @@ class inproc {
 
   struct copy_to {
     std::byte* dst;
-    void operator()(const std::byte* src, std::size_t n) const {
-      if (n) std::memcpy(dst, src, n);
+    void operator()(const std::byte* src, std::size_t offset, std::size_t n) const {
+      if (n) std::memcpy(dst + offset, src, n);
     }
   };
 
@@ -238,7 +238,7 @@ class inproc {
     }
     e->st = state::taken;
     lk.unlock();
-    consume(e->data, e->h.bytes);  // the sender is parked until we mark it done
+    consume(e->data, 0, e->h.bytes);  // the sender is parked until we mark it done
     lk.lock();
     e->st = state::done;
     world_->boxes[static_cast<std::size_t>(src)].cv.notify_all();

@@ -1,0 +1,297 @@
+/// \file
+/// `tutti::algo::shared_memory`: native schedules for transports whose ranks can load from each
+/// other's memory (the `shared_window` capability: `tutti::shm`). Each rank owns a window of two
+/// halves and a phase counter. A collective is a sequence of phases; in phase g a rank writes
+/// into half g % 2 of its window, posts g, and reads what its peers posted at g. Every rank
+/// finishes its reads of phase g before it posts g+1, and writes half g % 2 only once every peer
+/// has posted g−1, so no call needs a closing barrier and consecutive chunks overlap.
+///
+/// | collective     | schedule per chunk (chunks sized to a window half)                    |
+/// |----------------|-----------------------------------------------------------------------|
+/// | all_reduce     | ≤ `one_shot_bytes`: one shot: copy in, post, every rank reduces every  |
+/// |                | slot in rank order 0..p−1 (bitwise-identical results everywhere).      |
+/// |                | larger: two shot: copy in, post; rank r reduces block r of every slot  |
+/// |                | into its other half, post; everyone copies every block out.            |
+/// | reduce_scatter | copy in, post; reduce own block from every slot                        |
+/// | all_gather     | copy own block in, post; copy every block out                          |
+/// | broadcast      | root copies in and posts; the others copy out                          |
+/// | reduce         | copy in, post; the root reduces every slot in rank order               |
+/// | gather/scatter | copy in, post; the root (or every rank) copies out                     |
+/// | all_to_all     | copy every block in, post; copy own block out of every slot            |
+/// | barrier        | post, wait for every peer's post                                       |
+///
+/// On a communicator without windows (a sub-group), each collective runs the point-to-point
+/// schedule `automatic` would pick instead.
+#pragma once
+
+#include <algorithm>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+#include "tutti/algorithm/algorithm.hpp"
+#include "tutti/algorithm/direct.hpp"
+#include "tutti/algorithm/recursive_doubling.hpp"
+#include "tutti/algorithm/ring.hpp"
+#include "tutti/algorithm/schedule.hpp"
+#include "tutti/algorithm/tree.hpp"
+#include "tutti/op/kernels.hpp"
+#include "tutti/transport/transport.hpp"
+
+namespace tutti {
+
+/// Capability: ranks see each other's windows and publish phase counters.
+template <class T>
+concept shared_window = transport<T> && requires(T& t, const T& ct, int r, std::uint64_t g, const fingerprint* fp,
+                                                 const wait_context& w) {
+  { ct.has_window() } -> std::convertible_to<bool>;
+  { ct.window(r) } -> std::same_as<std::byte*>;
+  { ct.window_bytes() } -> std::convertible_to<std::size_t>;
+  { ct.phase() } -> std::convertible_to<std::uint64_t>;
+  t.post(g, *fp);
+  t.wait_phase(r, g, fp, w);
+  t.wait_all(g, fp, w);
+};
+
+namespace algo {
+
+struct shared_memory {
+  static constexpr std::string_view name = "shared_memory";
+  /// all_reduce up to this many bytes (and a window half) runs one shot.
+  std::size_t one_shot_bytes = std::size_t{256} << 10;
+
+  template <class Ch, class T, class Op>
+    requires shared_window<typename Ch::transport_type>
+  void all_reduce(Ch& ch, view<T> buf, const Op& op) const {
+    if (!ch.transport().has_window()) return recursive_doubling{}.all_reduce(ch, buf, op);
+    phases<Ch> ph(ch);
+    const std::size_t n = buf.size(), bytes = buf.size_bytes();
+    if (bytes <= one_shot_bytes && bytes <= ph.half_bytes()) {
+      const auto g = ph.begin();
+      copy_in(ph.mine(g), buf.data(), bytes);
+      ph.post(g);
+      ph.wait_all(g);
+      reduce_slots<T>(ph, g, 0, buf.data(), n, op);
+      return;
+    }
+    const int p = ch.size(), me = ch.rank();
+    const std::size_t chunk = ph.template elems<T>(1) / static_cast<std::size_t>(p) * static_cast<std::size_t>(p);
+    for (std::size_t at = 0; at == 0 || at < n; at += chunk) {
+      const std::size_t m = std::min(chunk, n - std::min(at, n));
+      T* part = buf.data() + at;
+      // Phase a: every rank's chunk in its slot. Rank r then reduces block r of every slot.
+      const auto a = ph.begin();
+      copy_in(ph.mine(a), part, m * sizeof(T));
+      ph.post(a);
+      ph.wait_all(a);
+      const auto mine = schedule::block(m, p, me);
+      T* result = reinterpret_cast<T*>(ph.mine(a + 1));
+      reduce_slots<T>(ph, a, mine.begin, result, mine.size(), op);
+      // Phase b: the reduced blocks, each in its owner's other half; everyone copies them out.
+      ph.post(a + 1);
+      ph.wait_all(a + 1);
+      for (int r = 0; r < p; ++r) {
+        const auto blk = schedule::block(m, p, r);
+        copy_out(part + blk.begin, ph.slot(r, a + 1), blk.size() * sizeof(T));
+      }
+    }
+  }
+
+  template <class Ch, class T, class Op>
+    requires shared_window<typename Ch::transport_type>
+  void reduce_scatter(Ch& ch, view<const T> in, view<T> out, const Op& op) const {
+    if (!ch.transport().has_window()) return ring{}.reduce_scatter(ch, in, out, op);
+    phases<Ch> ph(ch);
+    const int p = ch.size(), me = ch.rank();
+    const std::size_t blk = out.size(), chunk = ph.template elems<T>(p);
+    for (std::size_t at = 0; at == 0 || at < blk; at += chunk) {
+      const std::size_t m = std::min(chunk, blk - std::min(at, blk));
+      const auto g = ph.begin();
+      for (int j = 0; j < p; ++j)
+        copy_in(ph.mine(g) + static_cast<std::size_t>(j) * m * sizeof(T), in.data() + static_cast<std::size_t>(j) * blk + at,
+                m * sizeof(T));
+      ph.post(g);
+      ph.wait_all(g);
+      reduce_slots<T>(ph, g, static_cast<std::size_t>(me) * m, out.data() + at, m, op);
+    }
+  }
+
+  template <class Ch, class T>
+    requires shared_window<typename Ch::transport_type>
+  void all_gather(Ch& ch, view<const T> in, view<T> out) const {
+    if (!ch.transport().has_window()) return ring{}.all_gather(ch, in, out);
+    phases<Ch> ph(ch);
+    const int p = ch.size();
+    const std::size_t blk = in.size(), chunk = ph.template elems<T>(1);
+    for (std::size_t at = 0; at == 0 || at < blk; at += chunk) {
+      const std::size_t m = std::min(chunk, blk - std::min(at, blk));
+      const auto g = ph.begin();
+      copy_in(ph.mine(g), in.data() + at, m * sizeof(T));
+      ph.post(g);
+      ph.wait_all(g);
+      for (int r = 0; r < p; ++r) copy_out(out.data() + static_cast<std::size_t>(r) * blk + at, ph.slot(r, g), m * sizeof(T));
+    }
+  }
+
+  template <class Ch, class T>
+    requires shared_window<typename Ch::transport_type>
+  void broadcast(Ch& ch, view<T> buf, int root) const {
+    if (!ch.transport().has_window()) return tree{}.broadcast(ch, buf, root);
+    phases<Ch> ph(ch);
+    const std::size_t n = buf.size(), chunk = ph.template elems<T>(1);
+    for (std::size_t at = 0; at == 0 || at < n; at += chunk) {
+      const std::size_t m = std::min(chunk, n - std::min(at, n));
+      const auto g = ph.begin();
+      if (ch.rank() == root) copy_in(ph.mine(g), buf.data() + at, m * sizeof(T));
+      ph.post(g);
+      if (ch.rank() == root) continue;
+      ph.wait(root, g);
+      copy_out(buf.data() + at, ph.slot(root, g), m * sizeof(T));
+    }
+  }
+
+  template <class Ch, class T, class Op>
+    requires shared_window<typename Ch::transport_type>
+  void reduce(Ch& ch, view<T> buf, int root, const Op& op) const {
+    if (!ch.transport().has_window()) return tree{}.reduce(ch, buf, root, op);
+    phases<Ch> ph(ch);
+    const std::size_t n = buf.size(), chunk = ph.template elems<T>(1);
+    for (std::size_t at = 0; at == 0 || at < n; at += chunk) {
+      const std::size_t m = std::min(chunk, n - std::min(at, n));
+      const auto g = ph.begin();
+      copy_in(ph.mine(g), buf.data() + at, m * sizeof(T));
+      ph.post(g);
+      if (ch.rank() != root) continue;
+      ph.wait_all(g);
+      reduce_slots<T>(ph, g, 0, buf.data() + at, m, op);
+    }
+  }
+
+  template <class Ch, class T>
+    requires shared_window<typename Ch::transport_type>
+  void gather(Ch& ch, view<const T> in, view<T> out, int root) const {
+    if (!ch.transport().has_window()) return tree{}.gather(ch, in, out, root);
+    phases<Ch> ph(ch);
+    const int p = ch.size();
+    const std::size_t blk = in.size(), chunk = ph.template elems<T>(1);
+    for (std::size_t at = 0; at == 0 || at < blk; at += chunk) {
+      const std::size_t m = std::min(chunk, blk - std::min(at, blk));
+      const auto g = ph.begin();
+      copy_in(ph.mine(g), in.data() + at, m * sizeof(T));
+      ph.post(g);
+      if (ch.rank() != root) continue;
+      ph.wait_all(g);
+      for (int r = 0; r < p; ++r) copy_out(out.data() + static_cast<std::size_t>(r) * blk + at, ph.slot(r, g), m * sizeof(T));
+    }
+  }
+
+  template <class Ch, class T>
+    requires shared_window<typename Ch::transport_type>
+  void scatter(Ch& ch, view<const T> in, view<T> out, int root) const {
+    if (!ch.transport().has_window()) return tree{}.scatter(ch, in, out, root);
+    phases<Ch> ph(ch);
+    const int p = ch.size(), me = ch.rank();
+    const std::size_t blk = out.size(), chunk = ph.template elems<T>(p);
+    for (std::size_t at = 0; at == 0 || at < blk; at += chunk) {
+      const std::size_t m = std::min(chunk, blk - std::min(at, blk));
+      const auto g = ph.begin();
+      if (me == root)
+        for (int j = 0; j < p; ++j)
+          copy_in(ph.mine(g) + static_cast<std::size_t>(j) * m * sizeof(T), in.data() + static_cast<std::size_t>(j) * blk + at,
+                  m * sizeof(T));
+      ph.post(g);
+      if (me != root) ph.wait(root, g);
+      copy_out(out.data() + at, ph.slot(root, g) + static_cast<std::size_t>(me) * m * sizeof(T), m * sizeof(T));
+    }
+  }
+
+  template <class Ch, class T>
+    requires shared_window<typename Ch::transport_type>
+  void all_to_all(Ch& ch, view<const T> in, view<T> out) const {
+    if (!ch.transport().has_window()) return direct{}.all_to_all(ch, in, out);
+    phases<Ch> ph(ch);
+    const int p = ch.size(), me = ch.rank();
+    const std::size_t blk = in.size() / static_cast<std::size_t>(p), chunk = ph.template elems<T>(p);
+    for (std::size_t at = 0; at == 0 || at < blk; at += chunk) {
+      const std::size_t m = std::min(chunk, blk - std::min(at, blk));
+      const auto g = ph.begin();
+      for (int j = 0; j < p; ++j)
+        copy_in(ph.mine(g) + static_cast<std::size_t>(j) * m * sizeof(T), in.data() + static_cast<std::size_t>(j) * blk + at,
+                m * sizeof(T));
+      ph.post(g);
+      ph.wait_all(g);
+      for (int r = 0; r < p; ++r)
+        copy_out(out.data() + static_cast<std::size_t>(r) * blk + at,
+                 ph.slot(r, g) + static_cast<std::size_t>(me) * m * sizeof(T), m * sizeof(T));
+    }
+  }
+
+  template <class Ch>
+    requires shared_window<typename Ch::transport_type>
+  void barrier(Ch& ch) const {
+    if (!ch.transport().has_window()) return recursive_doubling{}.barrier(ch);
+    phases<Ch> ph(ch);
+    const auto g = ph.begin();
+    ph.post(g);
+    ph.wait_all(g);
+  }
+
+ private:
+  /// One call's view of the windows: phase bookkeeping and slot addresses.
+  template <class Ch>
+  class phases {
+   public:
+    explicit phases(Ch& ch) : ch_(ch), t_(ch.transport()), fp_(ch.fp()), w_(ch.wait()) {}
+
+    int size() const { return ch_.size(); }
+    std::size_t half_bytes() const { return t_.window_bytes() / 2; }
+    /// Elements of T per slot when a slot holds `parts` equal parts (at least 1, 64-byte multiples).
+    template <class T>
+    std::size_t elems(int parts) const {
+      std::size_t e = half_bytes() / static_cast<std::size_t>(parts) / sizeof(T);
+      if (64 % sizeof(T) == 0 && e >= 64 / sizeof(T)) e -= e % (64 / sizeof(T));
+      return e ? e : 1;
+    }
+    /// The next phase; waits until every peer has finished reading what this rank wrote two
+    /// phases ago into the half it is about to reuse.
+    std::uint64_t begin() {
+      const std::uint64_t g = t_.phase() + 1;
+      t_.wait_all(g - 1, nullptr, w_);
+      return g;
+    }
+    void post(std::uint64_t g) { t_.post(g, fp_); }
+    void wait(int r, std::uint64_t g) { t_.wait_phase(r, g, &fp_, w_); }
+    void wait_all(std::uint64_t g) { t_.wait_all(g, &fp_, w_); }
+    std::byte* mine(std::uint64_t g) const { return slot(ch_.rank(), g); }
+    std::byte* slot(int r, std::uint64_t g) const { return t_.window(r) + (g % 2) * half_bytes(); }
+
+   private:
+    Ch& ch_;
+    typename Ch::transport_type& t_;
+    fingerprint fp_;
+    wait_context w_;
+  };
+
+  static void copy_in(std::byte* slot, const void* src, std::size_t bytes) {
+    if (bytes) std::memcpy(slot, src, bytes);
+  }
+  static void copy_out(void* dst, const std::byte* slot, std::size_t bytes) {
+    if (bytes) std::memcpy(dst, slot, bytes);
+  }
+
+  /// out[i] = slot_0[first + i] op slot_1[first + i] op ... in rank order (bitwise identical on
+  /// every rank that reduces the same elements).
+  template <class T, class Ph, class Op>
+  static void reduce_slots(Ph& ph, std::uint64_t g, std::size_t first, T* out, std::size_t n, const Op& op) {
+    const int p = ph.size();
+    auto at = [&](int r) { return reinterpret_cast<const T*>(ph.slot(r, g)) + first; };
+    if (p == 1) return copy_out(out, reinterpret_cast<const std::byte*>(at(0)), n * sizeof(T));
+    detail::combine(out, at(0), at(1), n, op);
+    for (int r = 2; r < p; ++r) detail::combine(out, out, at(r), n, op);
+  }
+};
+
+}  // namespace algo
+}  // namespace tutti

@@ -1,0 +1,572 @@
+/// \file
+/// `tutti::shm`: processes of one host, over one shared segment.
+///
+/// - Start-up (`shm::from_env`): rank 0 creates an anonymous memfd segment and passes it to the
+///   other ranks over an abstract Unix socket named after the uid and the job id; every rank maps
+///   and pre-faults it and closes the descriptor. Nothing has a name in any file system, so
+///   nothing outlives the job, even after SIGKILL; the segment is not limited by /dev/shm.
+/// - Point to point: one byte ring per ordered pair of ranks (head written only by the sender,
+///   tail only by the receiver, each on its own cache line). A message is a 64-byte header
+///   (fingerprint, byte count, magic) and the payload, padded to 64 bytes; it is written in
+///   pieces as room appears, and a receiver reduces straight out of the ring (`zero_copy_recv`).
+/// - Windows: every rank of the world communicator owns a window every rank can load from, and a
+///   monotonically increasing phase counter that it alone writes, next to the fingerprint of the
+///   phase (one cache line). The native schedules of `tutti::algo::shared_memory` run on these.
+/// - Waiting spins briefly, then yields, then sleeps on the rank's process-shared futex
+///   "doorbell", which writers ring only when the reader sleeps; so 4 ranks on 2 cores progress.
+///   While it sleeps a rank checks its deadline and its peers: a peer that died (pidfd) or
+///   failed raises `peer_lost`; a peer blocked in a different collective raises `mismatch_error`.
+#pragma once
+
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <poll.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "tutti/bootstrap/env.hpp"
+#include "tutti/bootstrap/local_rendezvous.hpp"
+#include "tutti/core/config.hpp"
+#include "tutti/core/error.hpp"
+#include "tutti/core/fingerprint.hpp"
+#include "tutti/detail/futex.hpp"
+#include "tutti/transport/transport.hpp"
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+
+namespace tutti {
+
+/// Sizes of the shared segment (`TUTTI_SHM_RING_BYTES`, `TUTTI_SHM_WINDOW_BYTES`).
+struct shm_options {
+  std::size_t ring_bytes = std::size_t{256} << 10;    ///< per ordered pair of ranks
+  std::size_t window_bytes = std::size_t{4} << 20;    ///< per rank, two halves
+
+  static shm_options from_env(int world_size) {
+    shm_options o;
+    if (world_size > 16) o.ring_bytes = std::size_t{64} << 10;  // p(p-1) rings: keep the total sane
+    if (auto v = detail::env_int("TUTTI_SHM_RING_BYTES", 4096, 1L << 30)) o.ring_bytes = static_cast<std::size_t>(*v);
+    if (auto v = detail::env_int("TUTTI_SHM_WINDOW_BYTES", 8192, 1L << 32)) o.window_bytes = static_cast<std::size_t>(*v);
+    o.ring_bytes = (o.ring_bytes + 63) & ~std::size_t{63};
+    o.window_bytes = (o.window_bytes + 127) & ~std::size_t{127};
+    return o;
+  }
+};
+
+namespace detail::shm_impl {
+
+inline constexpr std::uint64_t segment_magic = 0x7475747469736d31ull;  // "tuttism1"
+inline constexpr std::uint64_t message_magic = 0x6d73672d74747574ull;
+inline constexpr std::size_t line = 64;
+
+enum class rank_state : std::uint32_t { running = 0, failed = 1 };
+
+/// Fingerprints travel as words of atomics, so readers and writers never race.
+inline constexpr std::size_t fp_words = (sizeof(fingerprint) + 7) / 8;
+inline void store_fp(std::atomic<std::uint64_t>* w, const fingerprint& fp) noexcept {
+  std::uint64_t tmp[fp_words] = {};
+  std::memcpy(tmp, &fp, sizeof fp);
+  for (std::size_t i = 0; i < fp_words; ++i) w[i].store(tmp[i], std::memory_order_relaxed);
+}
+inline fingerprint load_fp(const std::atomic<std::uint64_t>* w) noexcept {
+  std::uint64_t tmp[fp_words];
+  for (std::size_t i = 0; i < fp_words; ++i) tmp[i] = w[i].load(std::memory_order_relaxed);
+  fingerprint fp;
+  std::memcpy(&fp, tmp, sizeof fp);
+  return fp;
+}
+
+/// One rank's control block: each line has a single writer (the rank, except `sleepers`/bell).
+struct control {
+  alignas(line) std::atomic<std::uint32_t> state;
+  std::atomic<std::int32_t> pid;
+  char failure[line * 3 - 8];
+  alignas(line) std::atomic<std::uint32_t> doorbell;  // bumped by whoever wakes this rank
+  std::atomic<std::uint32_t> sleepers;               // > 0 while this rank may sleep on the bell
+  alignas(line) std::atomic<std::uint64_t> phase;     // native phase counter
+  std::atomic<std::uint64_t> phase_fp[fp_words];     // fingerprint of that phase
+  std::atomic<std::uint64_t> fp_gen;                 // seqlock: 2g+1 while writing g's, 2g+2 after
+  alignas(line) std::atomic<std::uint64_t> wait_gen;  // seqlock of the next two fields (odd: writing)
+  std::atomic<std::uint64_t> wait_fp[fp_words];      // what this rank is blocked in, if anything
+};
+static_assert(sizeof(fingerprint) <= 48 && sizeof(control) == 6 * line);
+
+struct ring_ends {
+  alignas(line) std::atomic<std::uint64_t> head;  // bytes published by the sender
+  alignas(line) std::atomic<std::uint64_t> tail;  // bytes consumed by the receiver
+};
+
+struct segment_header {
+  std::uint64_t magic;
+  std::uint64_t bytes;
+  std::int32_t world_size;
+  std::uint32_t pad;
+  std::uint64_t ring_bytes, window_bytes;
+};
+
+/// Where everything lives in the segment (every rank computes the same).
+struct layout {
+  std::size_t controls, rings, ring_stride, windows, total;
+  shm_options opt;
+  int p;
+  layout(int world, shm_options o) : opt(o), p(world) {
+    const auto P = static_cast<std::size_t>(world);
+    controls = 4096;
+    rings = controls + P * sizeof(control);
+    ring_stride = sizeof(ring_ends) + o.ring_bytes;
+    windows = (rings + P * (P > 1 ? P - 1 : 0) * ring_stride + 4095) & ~std::size_t{4095};
+    total = windows + P * o.window_bytes;
+  }
+  std::size_t ring(int src, int dst) const {  // ordered pair (src, dst), src != dst
+    const int k = src * (p - 1) + (dst < src ? dst : dst - 1);
+    return rings + static_cast<std::size_t>(k) * ring_stride;
+  }
+};
+
+/// The mapping and what every transport of this process shares about it.
+struct segment {
+  layout lay;
+  std::byte* base = nullptr;
+  int world_rank = 0;
+  std::vector<int> pids;
+  std::vector<unique_fd> pidfds;
+  std::uint64_t my_phase = 0;
+  bool oversubscribed = false;
+  std::vector<std::uint64_t> sent, received;  // local copies of my ring heads (per dst) and tails (per src)
+
+  segment(int world, shm_options o) : lay(world, o) {}
+  ~segment() {
+    if (base) ::munmap(base, lay.total);
+  }
+  control& ctl(int world_r) const {
+    return reinterpret_cast<control*>(base + lay.controls)[world_r];
+  }
+  ring_ends& ends(int src, int dst) const { return *reinterpret_cast<ring_ends*>(base + lay.ring(src, dst)); }
+  std::byte* ring_data(int src, int dst) const { return base + lay.ring(src, dst) + sizeof(ring_ends); }
+  std::byte* window(int world_r) const {
+    return base + lay.windows + static_cast<std::size_t>(world_r) * lay.opt.window_bytes;
+  }
+
+  /// Wakes `world_r` if it may be asleep. Call after publishing what it waits for.
+  void ring_bell(int world_r) const noexcept {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    control& c = ctl(world_r);
+    if (c.sleepers.load(std::memory_order_relaxed) > 0) {
+      c.doorbell.fetch_add(1, std::memory_order_seq_cst);
+      futex_wake_all(&c.doorbell);
+    }
+  }
+
+  /// Empty when world rank r is alive; otherwise why it is not.
+  std::string gone(int world_r) const {
+    control& c = ctl(world_r);
+    if (c.state.load(std::memory_order_acquire) == static_cast<std::uint32_t>(rank_state::failed)) {
+      char msg[sizeof c.failure];
+      std::memcpy(msg, c.failure, sizeof msg);
+      msg[sizeof msg - 1] = '\0';
+      return std::string("failed: ") + msg;
+    }
+    const auto r = static_cast<std::size_t>(world_r);
+    if (r < pidfds.size() && pidfds[r]) {
+      pollfd pf{pidfds[r].get(), POLLIN, 0};
+      if (::poll(&pf, 1, 0) > 0) return "exited or was killed (pid " + std::to_string(pids[r]) + ")";
+    } else if (r < pids.size() && pids[r] > 0 && ::kill(pids[r], 0) != 0 && errno == ESRCH) {
+      return "exited or was killed (pid " + std::to_string(pids[r]) + ")";
+    }
+    return {};
+  }
+};
+
+}  // namespace detail::shm_impl
+
+/// The shared-memory transport (see the file comment). Value type; copies share the mapping.
+class shm {
+ public:
+  /// Joins the job described by the environment (`job_env::from_env`): every rank must be on
+  /// this host (LOCAL_WORLD_SIZE == WORLD_SIZE). Waits for the others up to `TUTTI_TIMEOUT`.
+  static shm from_env() { return create(job_env::from_env(), config::from_env()); }
+
+  static shm create(const job_env& job, const config& cfg) {
+    if (job.local_world_size != job.world_size)
+      throw config_error("tutti::shm needs every rank on one host, but the environment (" + job.source + ") says " +
+                         std::to_string(job.local_world_size) + " of " + std::to_string(job.world_size) +
+                         " ranks run here; use tutti::tcp or a hierarchy across hosts");
+    return create(job.rank, job.world_size, job.job_id, shm_options::from_env(job.world_size), cfg.timeout);
+  }
+
+  static shm create(int rank, int world_size, const std::string& job_id, shm_options opt,
+                    std::chrono::milliseconds timeout) {
+    using namespace detail::shm_impl;
+    auto seg = std::make_shared<segment>(world_size, opt);
+    const std::string name = "tutti." + std::to_string(::getuid()) + "." + job_id;
+    detail::rendezvous_result rv =
+        rank == 0 ? detail::serve_segment(name, world_size, seg->lay.total, timeout)
+                  : detail::join_segment(name, rank, world_size, seg->lay.total, timeout);
+    void* p = ::mmap(nullptr, seg->lay.total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, rv.segment.get(), 0);
+    if (p == MAP_FAILED)
+      throw error(errc::config, "shm: cannot map " + std::to_string(seg->lay.total) + " bytes: " +
+                                    detail::errno_text(errno));
+    rv.segment.reset();  // the mapping keeps the memory; no descriptor or name remains
+    seg->base = static_cast<std::byte*>(p);
+    seg->world_rank = rank;
+    seg->pids = rv.pids;
+    for (int pid : seg->pids) {
+      const long fd = pid > 0 && pid != ::getpid() ? ::syscall(SYS_pidfd_open, pid, 0) : -1;
+      seg->pidfds.emplace_back(static_cast<int>(fd));
+    }
+    seg->sent.assign(static_cast<std::size_t>(world_size), 0);
+    seg->received.assign(static_cast<std::size_t>(world_size), 0);
+    cpu_set_t cpus;
+    const int ncpu = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    seg->oversubscribed = world_size > ncpu;
+    // Pre-fault what this rank writes most: its window (first touch by its owner).
+    std::memset(seg->window(rank), 0, opt.window_bytes);
+    control& me = seg->ctl(rank);
+    me.pid.store(::getpid(), std::memory_order_relaxed);
+    me.state.store(0, std::memory_order_release);
+    shm t;
+    t.seg_ = std::move(seg);
+    t.publish_waiting(std::nullopt);
+    t.members_.resize(static_cast<std::size_t>(world_size));
+    for (int i = 0; i < world_size; ++i) t.members_[static_cast<std::size_t>(i)] = i;
+    t.rank_ = rank;
+    return t;
+  }
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return static_cast<int>(members_.size()); }
+
+  shm sub(std::span<const int> members, std::uint64_t context) const {
+    shm t = *this;
+    t.context_ = context;
+    t.members_.clear();
+    t.rank_ = -1;
+    for (int m : members) {
+      if (m == rank_) t.rank_ = static_cast<int>(t.members_.size());
+      t.members_.push_back(members_[static_cast<std::size_t>(m)]);
+    }
+    return t;
+  }
+
+  // ---- point to point -------------------------------------------------------------------
+
+  void send(int peer, const header& h, const std::byte* data, const wait_context& w) {
+    outgoing out{peer, h, data};
+    while (!progress(out)) wait_for(w, h, peer, -1, "to make room at", [&] { return room_changed(out); });
+  }
+  void recv(int peer, const header& h, std::byte* data, const wait_context& w) {
+    copier c{data};
+    recv_with(peer, h, c, w);
+  }
+  void sendrecv(int to, const header& hs, const std::byte* sdata, int from, const header& hr, std::byte* rdata,
+                const wait_context& w) {
+    copier c{rdata};
+    sendrecv_with(to, hs, sdata, from, hr, c, w);
+  }
+  void recv_with(int peer, const header& h, detail::byte_consumer consume, const wait_context& w) {
+    incoming in{peer, h, consume};
+    while (!progress(in, w)) wait_for(w, h, peer, -1, "to receive from", [&] { return data_arrived(in); });
+  }
+  void sendrecv_with(int to, const header& hs, const std::byte* sdata, int from, const header& hr,
+                     detail::byte_consumer consume, const wait_context& w) {
+    outgoing out{to, hs, sdata};
+    incoming in{from, hr, consume};
+    bool sent = false, received = false;
+    while (true) {
+      if (!sent) sent = progress(out);
+      if (!received) received = progress(in, w);
+      if (sent && received) return;
+      wait_for(w, received ? hs : hr, received ? to : from, sent ? -1 : to, received ? "to make room at" : "to receive from",
+               [&] { return (!sent && room_changed(out)) || (!received && data_arrived(in)); });
+    }
+  }
+
+  // ---- windows and phases (the shared_window capability) ---------------------------------
+
+  /// Windows exist on the world communicator only: sub-groups run their collectives over the
+  /// rings (a phase counter is shared by every communicator of the process).
+  bool has_window() const noexcept { return context_ == 0; }
+  std::byte* window(int r) const noexcept { return seg_->window(world(r)); }
+  std::size_t window_bytes() const noexcept { return seg_->lay.opt.window_bytes; }
+  std::uint64_t phase() const noexcept { return seg_->my_phase; }
+
+  /// Publishes this rank's phase `g` with the fingerprint of the call.
+  void post(std::uint64_t g, const fingerprint& fp) noexcept {
+    auto& c = seg_->ctl(seg_->world_rank);
+    c.fp_gen.store(2 * g + 1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    detail::shm_impl::store_fp(c.phase_fp, fp);
+    c.fp_gen.store(2 * g + 2, std::memory_order_release);
+    c.phase.store(g, std::memory_order_release);
+    seg_->my_phase = g;
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    for (int r : members_)
+      if (r != seg_->world_rank) {
+        auto& o = seg_->ctl(r);
+        if (o.sleepers.load(std::memory_order_relaxed) > 0) {
+          o.doorbell.fetch_add(1, std::memory_order_seq_cst);
+          detail::futex_wake_all(&o.doorbell);
+        }
+      }
+  }
+
+  /// Waits until rank `r` has posted phase `g`. When it is exactly at `g`, its fingerprint must
+  /// equal `fp` (unless `fp` is null): `mismatch_error` otherwise.
+  void wait_phase(int r, std::uint64_t g, const fingerprint* fp, const wait_context& w) {
+    auto& c = seg_->ctl(world(r));
+    if (c.phase.load(std::memory_order_acquire) < g) {
+      header h{fp ? *fp : fingerprint{}, 0};
+      wait_for(w, h, r, -1, "to reach the same step as", [&] { return c.phase.load(std::memory_order_acquire) >= g; });
+    }
+    if (!fp) return;
+    // Seqlock read of the fingerprint of phase g; a peer already past g was checked by others.
+    const std::uint64_t gen = c.fp_gen.load(std::memory_order_acquire);
+    if (gen != 2 * g + 2) return;
+    const fingerprint theirs = detail::shm_impl::load_fp(c.phase_fp);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (c.fp_gen.load(std::memory_order_relaxed) == gen && theirs != *fp)
+      throw mismatch_error(std::string(collective_name(fp->coll)) + "(" + std::string(w.algorithm) + "): " +
+                           detail::describe_difference(*fp, rank_, theirs, r));
+  }
+  void wait_all(std::uint64_t g, const fingerprint* fp, const wait_context& w) {
+    for (int r = 0; r < size(); ++r)
+      if (r != rank_) wait_phase(r, g, fp, w);
+  }
+
+  /// Marks this rank failed, so its peers raise `peer_lost` with `what` instead of timing out.
+  void fail(std::string_view what) noexcept {
+    auto& c = seg_->ctl(seg_->world_rank);
+    const std::size_t n = std::min(what.size(), sizeof c.failure - 1);
+    std::memcpy(c.failure, what.data(), n);
+    c.failure[n] = '\0';
+    c.state.store(static_cast<std::uint32_t>(detail::shm_impl::rank_state::failed), std::memory_order_release);
+    for (int r : members_)
+      if (r != seg_->world_rank) seg_->ring_bell(r);
+  }
+
+ private:
+  struct copier {
+    std::byte* dst;
+    void operator()(const std::byte* src, std::size_t offset, std::size_t n) const {
+      std::memcpy(dst + offset, src, n);
+    }
+  };
+  struct outgoing {
+    int peer;
+    const header& h;
+    const std::byte* data;
+    std::size_t done = 0;      // bytes of this message written (header counts 64)
+    std::uint64_t seen_tail = 0;
+  };
+  struct incoming {
+    int peer;
+    const header& expected;
+    detail::byte_consumer consume;
+    bool checked = false;
+    std::size_t done = 0;  // payload bytes consumed (padded)
+    std::uint64_t seen_head = 0;
+  };
+
+  static constexpr std::size_t pad(std::size_t n) { return (n + 63) & ~std::size_t{63}; }
+  static constexpr std::size_t piece_limit = std::size_t{64} << 10;
+
+  int world(int r) const { return members_[static_cast<std::size_t>(r)]; }
+
+  /// Writes as much of `out` as the ring has room for; true when all of it is written.
+  bool progress(outgoing& out) {
+    using namespace detail::shm_impl;
+    const int me = seg_->world_rank, to = world(out.peer);
+    auto& ends = seg_->ends(me, to);
+    std::byte* ring = seg_->ring_data(me, to);
+    const std::size_t cap = seg_->lay.opt.ring_bytes;
+    std::uint64_t& head = seg_->sent[static_cast<std::size_t>(to)];
+    const std::size_t total = 64 + pad(out.h.bytes);
+    out.seen_tail = ends.tail.load(std::memory_order_acquire);
+    bool published = false;
+    while (out.done < total) {
+      const std::size_t room = cap - static_cast<std::size_t>(head - out.seen_tail);
+      if (room < 64) break;
+      const std::size_t pos = static_cast<std::size_t>(head % cap);
+      std::size_t n;
+      if (out.done == 0) {
+        struct {
+          std::uint64_t fp[fp_words];
+          std::uint64_t bytes, magic;
+        } hdr{};
+        fingerprint fp = out.h.fp;
+        fp.context = context_;
+        std::memcpy(hdr.fp, &fp, sizeof fp);
+        hdr.bytes = out.h.bytes;
+        hdr.magic = message_magic;
+        static_assert(sizeof hdr == 64);
+        std::memcpy(ring + pos, &hdr, 64);
+        n = 64;
+      } else {
+        const std::size_t off = out.done - 64;
+        n = std::min({room, total - out.done, cap - pos, piece_limit});
+        const std::size_t real = std::min(n, out.h.bytes - std::min(off, out.h.bytes));
+        if (real) std::memcpy(ring + pos, out.data + off, real);
+      }
+      head += n;
+      out.done += n;
+      ends.head.store(head, std::memory_order_release);
+      published = true;
+      if (n >= piece_limit) {  // let a sleeping receiver start on this piece
+        seg_->ring_bell(to);
+        published = false;
+      }
+    }
+    if (published) seg_->ring_bell(to);
+    return out.done == total;
+  }
+
+  /// Consumes what has arrived of `in`; true when the whole message is consumed.
+  bool progress(incoming& in, const wait_context& w) {
+    using namespace detail::shm_impl;
+    const int me = seg_->world_rank, from = world(in.peer);
+    auto& ends = seg_->ends(from, me);
+    const std::byte* ring = seg_->ring_data(from, me);
+    const std::size_t cap = seg_->lay.opt.ring_bytes;
+    std::uint64_t& tail = seg_->received[static_cast<std::size_t>(from)];
+    in.seen_head = ends.head.load(std::memory_order_acquire);
+    bool consumed = false;
+    if (!in.checked) {
+      if (in.seen_head - tail < 64) return false;
+      struct {
+        std::uint64_t fp[fp_words];
+        std::uint64_t bytes, magic;
+      } hdr;
+      std::memcpy(&hdr, ring + tail % cap, 64);
+      if (hdr.magic != message_magic)
+        throw error(errc::aborted, "shm: corrupt message stream from rank " + std::to_string(in.peer));
+      header got;
+      std::memcpy(&got.fp, hdr.fp, sizeof got.fp);
+      got.bytes = hdr.bytes;
+      header want = in.expected;
+      want.fp.context = context_;
+      detail::check_header(want, rank_, got, in.peer, w.algorithm);
+      in.checked = true;
+      tail += 64;
+      consumed = true;
+    }
+    const std::size_t bytes = in.expected.bytes, total = pad(bytes);
+    while (in.done < total && in.seen_head > tail) {
+      const std::size_t pos = static_cast<std::size_t>(tail % cap);
+      const std::size_t n = std::min({static_cast<std::size_t>(in.seen_head - tail), total - in.done, cap - pos});
+      const std::size_t real = std::min(n, bytes - std::min(in.done, bytes));
+      if (real) in.consume(ring + pos, in.done, real);
+      tail += n;
+      in.done += n;
+      consumed = true;
+    }
+    if (consumed) {
+      ends.tail.store(tail, std::memory_order_release);
+      seg_->ring_bell(from);
+    }
+    return in.checked && in.done == total;
+  }
+
+  bool room_changed(const outgoing& out) const {
+    return seg_->ends(seg_->world_rank, world(out.peer)).tail.load(std::memory_order_acquire) != out.seen_tail;
+  }
+  bool data_arrived(const incoming& in) const {
+    return seg_->ends(world(in.peer), seg_->world_rank).head.load(std::memory_order_acquire) != in.seen_head;
+  }
+
+  /// Spin, then yield, then sleep on our doorbell until `ready()`; checks the deadline and the
+  /// peers (`peer`, and `peer2` unless -1) whenever it is about to sleep.
+  template <class Ready>
+  void wait_for(const wait_context& w, const header& h, int peer, int peer2, const char* doing, Ready ready) {
+    using clock = std::chrono::steady_clock;
+    const bool over = seg_->oversubscribed;
+    for (int i = 0, spins = over ? 64 : 20000; i < spins; ++i) {
+      if (ready()) return;
+      detail::cpu_relax();
+    }
+    const auto start = clock::now();
+    const auto deadline = start + w.timeout;
+    auto& me = seg_->ctl(seg_->world_rank);
+    publish_waiting(h.fp);
+    struct clear {
+      shm* t;
+      ~clear() { t->publish_waiting(std::nullopt); }
+    } guard{this};
+    for (int round = 0;; ++round) {
+      if (ready()) return;
+      const auto now = clock::now();
+      if (now - start < std::chrono::microseconds(over ? 20 : 200)) {
+        std::this_thread::yield();
+        continue;
+      }
+      check_peer(peer, h, w);
+      if (peer2 >= 0) check_peer(peer2, h, w);
+      if (now > deadline)
+        throw timeout_error(detail::where(h, w.algorithm) + ": rank " + std::to_string(rank_) + " timed out after " +
+                            std::to_string(static_cast<double>(w.timeout.count()) / 1000.0) + " s waiting " + doing +
+                            " rank " + std::to_string(peer) + " (" + std::to_string(h.bytes) + " bytes, " +
+                            detail::fingerprint_summary(h.fp) + ")");
+      me.sleepers.fetch_add(1, std::memory_order_seq_cst);
+      const std::uint32_t bell = me.doorbell.load(std::memory_order_seq_cst);
+      if (!ready()) detail::futex_wait(&me.doorbell, bell, std::chrono::milliseconds(round < 100 ? 2 : 20));
+      me.sleepers.fetch_sub(1, std::memory_order_relaxed);
+    }
+  }
+
+  void publish_waiting(std::optional<fingerprint> fp) noexcept {
+    auto& me = seg_->ctl(seg_->world_rank);
+    const std::uint64_t g = me.wait_gen.load(std::memory_order_relaxed);
+    me.wait_gen.store(g + 1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    fingerprint f = fp.value_or(fingerprint{});
+    if (fp) f.context = context_;
+    else f.coll = collective::send_recv;  // "not waiting in a collective"
+    detail::shm_impl::store_fp(me.wait_fp, f);
+    me.wait_gen.store(g + 2, std::memory_order_release);
+  }
+
+  void check_peer(int peer, const header& h, const wait_context& w) const {
+    const int wr = world(peer);
+    if (std::string why = seg_->gone(wr); !why.empty())
+      throw peer_lost(detail::where(h, w.algorithm) + ": rank " + std::to_string(peer) + " " + why + " while rank " +
+                      std::to_string(rank_) + " waited for it");
+    if (h.fp.coll == collective::send_recv) return;
+    auto& c = seg_->ctl(wr);
+    const std::uint64_t g1 = c.wait_gen.load(std::memory_order_acquire);
+    if (g1 == 0 || (g1 & 1)) return;  // never published, or being written
+    const fingerprint theirs = detail::shm_impl::load_fp(c.wait_fp);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (c.wait_gen.load(std::memory_order_relaxed) != g1) return;
+    fingerprint mine = h.fp;
+    mine.context = context_;
+    if (theirs.coll != collective::send_recv && theirs.context == context_ && theirs.seq == mine.seq && theirs != mine)
+      throw mismatch_error(detail::where(h, w.algorithm) + ": " + detail::describe_difference(mine, rank_, theirs, peer));
+  }
+
+  std::shared_ptr<detail::shm_impl::segment> seg_;
+  std::vector<int> members_;
+  int rank_ = 0;
+  std::uint64_t context_ = 0;
+};
+
+static_assert(transport<shm>);
+static_assert(zero_copy_recv<shm>);
+
+}  // namespace tutti

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds everything and runs every test:
+#   1. the whole suite (ctest), release build;
+#   2. the whole suite again under AddressSanitizer + UndefinedBehaviorSanitizer;
+#   3. the multi-rank thread tests under ThreadSanitizer;
+#   4. a consumer project against the installed package (find_package) and via add_subdirectory.
+# Usage: tools/test.sh [--quick]   (--quick: step 1 only)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+jobs=$(nproc 2>/dev/null || echo 2)
+
+tools/install-deps.sh
+
+step() { printf '\n==== %s ====\n' "$*"; }
+
+step "build and test (release)"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j "$jobs"
+ctest --test-dir build --output-on-failure -j "$jobs" --timeout 600
+
+[[ ${1:-} == --quick ]] && exit 0
+
+step "test under AddressSanitizer + UndefinedBehaviorSanitizer"
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTUTTI_SANITIZE=address,undefined \
+  -DTUTTI_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS=-O1 >/dev/null
+cmake --build build-asan -j "$jobs"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 900
+
+step "multi-rank thread tests under ThreadSanitizer"
+cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTUTTI_SANITIZE=thread \
+  -DTUTTI_BUILD_BENCH=OFF -DTUTTI_BUILD_EXAMPLES=OFF -DCMAKE_CXX_FLAGS=-O1 >/dev/null
+cmake --build build-tsan -j "$jobs" --target tutti_tests
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+  ctest --test-dir build-tsan --output-on-failure -j "$jobs" -L multirank --timeout 900
+
+step "consumer project: find_package and add_subdirectory"
+rm -rf build-pkg && mkdir -p build-pkg
+cmake --install build --prefix "$root/build-pkg/prefix" >/dev/null
+cmake -S tests/package -B build-pkg/find -G Ninja -DCMAKE_PREFIX_PATH="$root/build-pkg/prefix" >/dev/null
+cmake --build build-pkg/find
+./build-pkg/find/consumer
+cmake -S tests/package/subdir -B build-pkg/subdir -G Ninja -DTUTTI_SOURCE_DIR="$root" >/dev/null
+cmake --build build-pkg/subdir
+./build-pkg/subdir/consumer
+echo "consumer project: 2 passed, 0 failed"
+
+step "all tests passed"

@@ -1,0 +1,312 @@
+#!/usr/bin/env bash
+# Tests of the tuttirun launcher.
+# Usage: tools/test_tuttirun.sh path/to/tuttirun [case...]   (no case: all of them)
+# Prints one line per case and a last line "N passed, M failed"; exits 1 if any failed.
+# Every tuttirun run is bounded by `timeout 20` (or, in the background, by wait_bounded).
+set -u
+
+if [[ $# -lt 1 || ! -x $1 ]]; then
+  echo "usage: $0 path/to/tuttirun [case...]" >&2
+  exit 2
+fi
+T=$(realpath "$1")
+shift
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+out=$work/out err=$work/err
+
+# --- helpers ------------------------------------------------------------------------------------
+
+now() { echo "${EPOCHREALTIME/./}"; }  # microseconds
+
+# Runs tuttirun in the foreground; sets rc and secs (elapsed, whole seconds rounded up).
+run() {
+  local t0=$(now)
+  timeout 20 "$T" "$@" >"$out" 2>"$err"
+  rc=$?
+  secs=$(( ($(now) - t0 + 999999) / 1000000 ))
+}
+
+# Waits for background pid $1 at most $2 seconds (SIGKILL after); sets rc and secs.
+wait_bounded() {
+  local pid=$1 limit=$2 t0=$(now)
+  while kill -0 "$pid" 2>/dev/null && (( $(now) - t0 < limit * 1000000 )); do sleep 0.05; done
+  kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
+  wait "$pid"
+  rc=$?
+  secs=$(( ($(now) - t0 + 999999) / 1000000 ))
+}
+
+# Waits until $2 files match glob $1 (at most 10 s).
+wait_files() {
+  local i
+  for ((i = 0; i < 200; i++)); do
+    local n=$(compgen -G "$1" | wc -l)
+    (( n >= $2 )) && return 0
+    sleep 0.05
+  done
+  bad "only $(compgen -G "$1" | wc -l) of $2 files $1 appeared"
+}
+
+# Prints "yes" if process $1 exists and is not a zombie (an orphan's reaper may be slow).
+alive() { [[ -e /proc/$1/stat ]] && ! grep -q '^[0-9]* ([^)]*) Z' "/proc/$1/stat" 2>/dev/null && echo yes; }
+
+bad() { echo "    $*"; ok=0; }
+expect_rc() { [[ $rc == "$1" ]] || bad "exit status $rc, expected $1"; }
+expect_within() { (( secs <= $1 )) || bad "took ${secs}s, expected at most $1 s"; }
+expect_line() { grep -qxF -- "$2" "$1" || bad "no line '$2' in $(basename "$1")"; }
+expect_match() { grep -qE -- "$2" "$1" || bad "nothing matches /$2/ in $(basename "$1")"; }
+expect_no_match() { ! grep -qE -- "$2" "$1" || bad "unexpected /$2/ in $(basename "$1")"; }
+expect_dead() {
+  local p
+  for p in "$@"; do [[ $(alive "$p") ]] && bad "process $p is still alive" && kill -KILL "$p"; done
+}
+
+# --- cases --------------------------------------------------------------------------------------
+
+case_env_three_ranks() {
+  run --nproc-per-node=3 --no-prefix -- sh -c \
+    'echo $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $GROUP_RANK $NODE_RANK $MASTER_ADDR $TUTTI_LAUNCHER'
+  expect_rc 0
+  sort "$out" >"$work/sorted"
+  printf '%s\n' "0 3 0 3 0 0 127.0.0.1 tuttirun" "1 3 1 3 0 0 127.0.0.1 tuttirun" \
+    "2 3 2 3 0 0 127.0.0.1 tuttirun" >"$work/want"
+  cmp -s "$work/sorted" "$work/want" || bad "environment lines: $(tr '\n' '|' <"$out")"
+}
+
+case_env_second_node() {
+  run --nnodes 2 --node-rank 1 --nproc-per-node 2 --master-addr 10.1.2.3 --master-port 29512 \
+    --no-prefix sh -c 'echo $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $GROUP_RANK $NODE_RANK $MASTER_ADDR $MASTER_PORT $TUTTI_JOB_ID $TUTTI_JOB_TOKEN'
+  expect_rc 0
+  expect_match "$out" '^2 4 0 2 1 1 10\.1\.2\.3 29512 [0-9a-f]{16} [0-9a-f]{32}$'
+  expect_match "$out" '^3 4 1 2 1 1 10\.1\.2\.3 29512 [0-9a-f]{16} [0-9a-f]{32}$'
+  # Node 0 of the same job derives the same id and token from master addr:port.
+  local node1=$(cut -d' ' -f9,10 "$out" | sort -u)
+  run --nnodes=2 --node-rank=0 --master-addr=10.1.2.3 --master-port=29512 --no-prefix \
+    sh -c 'echo $TUTTI_JOB_ID $TUTTI_JOB_TOKEN'
+  [[ $(cat "$out") == "$node1" ]] || bad "node 0 has '$(cat "$out")', node 1 '$node1'"
+}
+
+case_env_foreign_conventions() {
+  # Inside an srun/mpirun task: the outer task's rank variables must not reach the ranks.
+  TUTTI_RANK=7 TUTTI_WORLD_SIZE=8 SLURM_PROCID=3 SLURM_NTASKS=4 SLURM_JOB_ID=99 OMPI_COMM_WORLD_RANK=1 \
+    PMI_RANK=2 run --nproc-per-node=2 --no-prefix sh -c \
+    'echo $RANK ${TUTTI_RANK-x} ${TUTTI_WORLD_SIZE-x} ${SLURM_PROCID-x} ${SLURM_NTASKS-x} ${OMPI_COMM_WORLD_RANK-x} ${PMI_RANK-x} $SLURM_JOB_ID'
+  expect_rc 0
+  expect_line "$out" "0 x x x x x x 99"
+  expect_line "$out" "1 x x x x x x 99"
+}
+
+case_prefix_and_streams() {
+  run --nproc-per-node=2 sh -c 'echo out $RANK; echo err $RANK >&2; printf "tail $RANK"'
+  expect_rc 0
+  local r
+  for r in 0 1; do
+    expect_line "$out" "[rank $r] out $r"
+    expect_line "$out" "[rank $r] tail $r"
+    expect_line "$err" "[rank $r] err $r"
+  done
+  expect_no_match "$out" 'err'
+  expect_no_match "$err" 'out|tail'
+}
+
+case_no_prefix() {
+  run --no-prefix --nproc_per_node 2 sh -c 'echo plain; echo e >&2'
+  expect_rc 0
+  [[ $(cat "$out") == $'plain\nplain' ]] || bad "stdout: $(cat "$out")"
+  [[ $(cat "$err") == $'e\ne' ]] || bad "stderr: $(cat "$err")"
+}
+
+case_lines_not_interleaved() {
+  # 4 ranks race to print 300 lines of 300 characters each, in small writes.
+  run --nproc-per-node=4 sh -c \
+    'l=$(printf "%0300d" 0); i=0; while [ $i -lt 300 ]; do printf "%s" "$RANK:"; echo "$l"; i=$((i+1)); done'
+  expect_rc 0
+  [[ $(wc -l <"$out") == 1200 ]] || bad "$(wc -l <"$out") lines, expected 1200"
+  local badlines=$(grep -cvE '^\[rank ([0-3])\] \1:0{300}$' "$out")
+  [[ $badlines == 0 ]] || bad "$badlines mangled lines"
+}
+
+case_failing_rank() {
+  run --nproc-per-node=3 sh -c 'if [ $RANK = 1 ]; then exit 3; fi; sleep 30'
+  expect_rc 3
+  expect_within 6
+  expect_match "$err" '^tuttirun: rank 1 \(pid [0-9]+\) exited with status 3$'
+  expect_line "$err" "tuttirun: stopping the other ranks"
+}
+
+case_killed_rank() {
+  run --nproc-per-node=2 sh -c 'if [ $RANK = 1 ]; then kill -KILL $$; fi; sleep 30'
+  expect_rc 137
+  expect_within 6
+  expect_match "$err" '^tuttirun: rank 1 \(pid [0-9]+\) was killed by signal 9 \(SIGKILL\)$'
+}
+
+case_sigterm_stops_all() {
+  "$T" --nproc-per-node=3 sh -c "echo \$\$ >$work/pid.\$RANK; exec sleep 30" >"$out" 2>"$err" &
+  local launcher=$!
+  wait_files "$work/pid.*" 3
+  kill -TERM "$launcher"
+  wait_bounded "$launcher" 10
+  expect_rc 143
+  expect_within 6
+  expect_match "$err" 'received SIGTERM'
+  expect_dead $(cat "$work"/pid.*)
+}
+
+case_grace_kills_stubborn_and_stopped() {
+  # rank 0 ignores SIGTERM, rank 1 stops itself, rank 2 fails once both are set up.
+  run --nproc-per-node=3 --grace=1 sh -c "
+    case \$RANK in
+      0) trap '' TERM; echo \$\$ >$work/ready.0; while :; do sleep 1; done ;;
+      1) echo \$\$ >$work/ready.1; kill -STOP \$\$; sleep 30 ;;
+      2) while [ ! -e $work/ready.0 ] || [ ! -e $work/ready.1 ]; do sleep 0.05; done; sleep 0.2; exit 5 ;;
+    esac"
+  expect_rc 5
+  expect_within 8
+  expect_match "$err" '^tuttirun: rank 2 \(pid [0-9]+\) exited with status 5$'
+  expect_line "$err" "tuttirun: grace period over: killing the remaining ranks"
+  expect_dead $(cat "$work"/ready.*)
+}
+
+case_second_sigint_kills() {
+  # Job control, so that the background launcher does not start with SIGINT ignored.
+  set -m
+  "$T" --nproc-per-node=2 --grace=60 sh -c "trap '' INT; echo \$\$ >$work/int.\$RANK; exec sleep 30" \
+    >"$out" 2>"$err" &
+  local launcher=$!
+  set +m
+  wait_files "$work/int.*" 2
+  kill -INT "$launcher"
+  sleep 0.5
+  kill -0 "$launcher" 2>/dev/null || bad "the first SIGINT already ended tuttirun"
+  kill -INT "$launcher"
+  wait_bounded "$launcher" 10
+  expect_rc 130
+  expect_within 3
+  expect_match "$err" 'second SIGINT'
+  expect_dead $(cat "$work"/int.*)
+}
+
+case_launcher_killed() {
+  "$T" --nproc-per-node=2 sh -c "echo \$\$ >$work/pid.\$RANK; exec sleep 30" >"$out" 2>"$err" &
+  local launcher=$!
+  wait_files "$work/pid.*" 2
+  kill -KILL "$launcher"
+  wait "$launcher" 2>/dev/null
+  local p i
+  for p in $(cat "$work"/pid.*); do
+    for ((i = 0; i < 100; i++)); do [[ $(alive "$p") ]] || break; sleep 0.05; done
+    [[ $(alive "$p") ]] && bad "rank process $p outlived the SIGKILLed launcher" && kill -KILL "$p"
+  done
+}
+
+case_closed_stdout() {
+  # Like `prog | head`: once head exits, the ranks get SIGPIPE and tuttirun stops.
+  timeout 20 "$T" --nproc-per-node=2 yes 2>"$err" | head -n 3 >"$out"
+  rc=${PIPESTATUS[0]}
+  expect_rc 141
+  [[ $(wc -l <"$out") == 3 ]] || bad "head got $(wc -l <"$out") lines"
+  expect_match "$err" 'was killed by signal 13 \(SIGPIPE\)$'
+}
+
+case_help_and_version() {
+  run --help
+  expect_rc 0
+  local flag
+  for flag in --nproc-per-node --nnodes --node-rank --master-addr --master-port --grace --no-prefix \
+    --help --version RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK NODE_RANK MASTER_ADDR \
+    MASTER_PORT TUTTI_JOB_ID TUTTI_JOB_TOKEN TUTTI_LAUNCHER 'Exit status'; do
+    grep -qF -- "$flag" "$out" || bad "--help does not mention $flag"
+  done
+  run --version
+  expect_rc 0
+  expect_match "$out" '^tuttirun \(tutti\) [0-9]'
+}
+
+case_bad_command_lines() {
+  local -a cmdline
+  while IFS= read -r line; do
+    read -ra cmdline <<<"$line"
+    run "${cmdline[@]}"
+    [[ $rc == 2 ]] || bad "'tuttirun $line' exited with $rc, expected 2"
+    [[ -s $err ]] || bad "'tuttirun $line' printed no message"
+  done <<'EOF'
+--bogus true
+-x true
+--nproc-per-node=abc true
+--nproc-per-node=0 true
+--nproc-per-node=3x true
+--nproc-per-node=99999999999999999999999 true
+--nnodes=2 --node-rank=2 --master-port=29500 true
+--nnodes=2 true
+--master-port=0 true
+--master-port=65536 true
+--grace=-1 true
+--grace=soon true
+--no-prefix=yes true
+--master-addr= true
+--nproc-per-node
+--nproc-per-node=2
+
+--
+EOF
+}
+
+case_missing_program() {
+  run --nproc-per-node=2 /nonexistent/tutti-program
+  expect_rc 127
+  expect_within 6
+  expect_match "$err" "tuttirun: cannot run '/nonexistent/tutti-program': No such file or directory"
+  expect_match "$err" '^tuttirun: rank [01] \(pid [0-9]+\) exited with status 127$'
+}
+
+case_free_port() {
+  run --nproc-per-node=2 --no-prefix sh -c 'echo $MASTER_PORT'
+  expect_rc 0
+  local ports=$(sort -u "$out")
+  [[ $ports =~ ^[0-9]+$ ]] && (( ports > 0 && ports < 65536 )) || bad "MASTER_PORT '$ports'"
+  run --master-port 4242 --no-prefix sh -c 'echo $MASTER_PORT'
+  [[ $(cat "$out") == 4242 ]] || bad "--master-port 4242 gave '$(cat "$out")'"
+}
+
+case_job_id() {
+  local script='echo $TUTTI_JOB_ID $TUTTI_JOB_TOKEN'
+  run --nproc-per-node=3 --no-prefix sh -c "$script"
+  expect_rc 0
+  local first=$(sort -u "$out")
+  [[ $first =~ ^[0-9a-f]{16}\ [0-9a-f]{32}$ ]] || bad "id and token across ranks: $(tr '\n' '|' <"$out")"
+  run --nproc-per-node=3 --no-prefix sh -c "$script"
+  local second=$(sort -u "$out")
+  [[ ${first%% *} != "${second%% *}" ]] || bad "two launches share TUTTI_JOB_ID $first"
+  [[ ${first##* } != "${second##* }" ]] || bad "two launches share TUTTI_JOB_TOKEN"
+  TUTTI_JOB_ID=given TUTTI_JOB_TOKEN=secret run --nproc-per-node=2 --no-prefix sh -c "$script"
+  [[ $(sort -u "$out") == "given secret" ]] || bad "preset id/token not kept: $(cat "$out")"
+}
+
+# --- driver -------------------------------------------------------------------------------------
+
+all_cases=$(declare -F | awk '{print $3}' | grep '^case_' | sed 's/^case_//')
+cases=${*:-$all_cases}
+passed=0 failed=0
+for c in $cases; do
+  if ! declare -F "case_$c" >/dev/null; then
+    echo "unknown case '$c'; cases: $(echo $all_cases)"
+    failed=$((failed + 1))
+    continue
+  fi
+  ok=1
+  rm -f "$work"/*
+  "case_$c"
+  if (( ok )); then
+    echo "PASS $c"
+    passed=$((passed + 1))
+  else
+    echo "FAIL $c"
+    echo "    --- stdout (last 10 lines)"; tail -n 10 "$out" 2>/dev/null | sed 's/^/    /'
+    echo "    --- stderr (last 10 lines)"; tail -n 10 "$err" 2>/dev/null | sed 's/^/    /'
+    failed=$((failed + 1))
+  fi
+done
+echo "$passed passed, $failed failed"
+(( failed == 0 ))

@@ -1,0 +1,697 @@
+// tuttirun: start N ranks of a tutti program on this node, the equivalent of
+// `torchrun --nproc-per-node=N`. Linux only; needs nothing beyond libc and the standard library.
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#ifndef TUTTI_VERSION
+#define TUTTI_VERSION "unknown"
+#endif
+
+extern char** environ;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kExitLauncherError = 1;
+constexpr int kExitUsage = 2;
+// A line longer than this is emitted in pieces: the alternative is unbounded memory.
+constexpr std::size_t kMaxLine = 1 << 20;
+// How long to wait for output still held by a rank's descendants once every rank has exited.
+constexpr auto kDrainAfterExit = std::chrono::seconds(1);
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+struct LauncherError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+constexpr std::string_view kHelp = R"(Usage: tuttirun [options] [--] program [args...]
+
+Starts N processes ("ranks") of a tutti program on this node, like
+torchrun --nproc-per-node=N. Options take their value as --opt=V or --opt V;
+underscores may replace dashes in option names (--nproc_per_node=4).
+
+Options:
+  --nproc-per-node=N  ranks to start on this node (1-4096; default 1)
+  --nnodes=M          nodes in the job (1-65536; default 1)
+  --node-rank=K       index of this node, 0..M-1 (default 0)
+  --master-addr=A     address of node 0 (default 127.0.0.1)
+  --master-port=P     port on node 0 (1-65535). Default with one node: a free
+                      port picked by binding to port 0 on A; required if M > 1
+  --grace=SECONDS     after the first failure or a forwarded signal, how long
+                      the ranks get to exit after SIGTERM before SIGKILL
+                      (0-86400, fractions allowed; default 3)
+  --no-prefix         do not prefix output lines with "[rank R] "
+  -h, --help          print this help and exit
+  --version           print the version and exit
+
+Environment of local rank i (0..N-1):
+  RANK=K*N+i  WORLD_SIZE=M*N  LOCAL_RANK=i  LOCAL_WORLD_SIZE=N
+  GROUP_RANK=K  NODE_RANK=K  MASTER_ADDR=A  MASTER_PORT=P
+  TUTTI_LAUNCHER=tuttirun
+  (the rank variables of other launchers, TUTTI_RANK, SLURM_PROCID,
+  OMPI_COMM_WORLD_RANK, PMI_RANK and the like, are removed)
+  TUTTI_JOB_ID     kept if already set. Otherwise 16 random hex digits shared by
+                   the ranks of this launch or, with M > 1, derived from A:P
+                   (so spell A the same way on every node)
+  TUTTI_JOB_TOKEN  kept if already set. Otherwise 32 hex digits: random with one
+                   node, derived from A:P with M > 1, where it is therefore not
+                   secret: export the same random token on every node instead
+
+Output: every line a rank writes to stdout (stderr) is written to tuttirun's
+stdout (stderr) prefixed with "[rank R] ", R the global rank; lines of different
+ranks are never mixed. An unfinished last line is completed at exit. Each rank
+is its own process group; its stdin is /dev/null if tuttirun's is a terminal.
+
+Signals: SIGINT, SIGTERM and SIGHUP are forwarded to every running rank's
+process group (SIGKILL follows after the grace period); a second SIGINT sends
+SIGKILL at once. Ranks are SIGKILLed if tuttirun dies.
+
+When a rank fails (non-zero exit or killed by a signal), tuttirun names it on
+stderr, sends SIGTERM (and SIGCONT) to the other ranks, SIGKILL to those left
+after the grace period, and keeps forwarding their output until they are gone.
+
+Exit status:
+  0       every rank exited with status 0
+  S       the first rank to fail exited with status S
+  128+n   the first rank to fail was killed by signal n, or (if no rank had
+          failed before) tuttirun itself received signal n
+  127     a rank's program was not found (126: found but not executable)
+  2       bad command line
+  1       tuttirun itself failed (pipes, processes, picking a port)
+)";
+
+// ---------------------------------------------------------------------------------------------
+// Small utilities
+
+// Writes everything, also to a non-blocking or slow descriptor. False (errno set) on an error.
+bool write_all(int fd, std::string_view s) {
+  while (!s.empty()) {
+    ssize_t n = ::write(fd, s.data(), s.size());
+    if (n >= 0) {
+      s.remove_prefix(static_cast<std::size_t>(n));
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      pollfd p{fd, POLLOUT, 0};
+      ::poll(&p, 1, -1);
+    } else if (errno != EINTR) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void say(std::string_view msg) { write_all(STDERR_FILENO, "tuttirun: " + std::string(msg) + "\n"); }
+
+std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGHUP: return "SIGHUP";       case SIGINT: return "SIGINT";
+    case SIGQUIT: return "SIGQUIT";     case SIGILL: return "SIGILL";
+    case SIGTRAP: return "SIGTRAP";     case SIGABRT: return "SIGABRT";
+    case SIGBUS: return "SIGBUS";       case SIGFPE: return "SIGFPE";
+    case SIGKILL: return "SIGKILL";     case SIGUSR1: return "SIGUSR1";
+    case SIGSEGV: return "SIGSEGV";     case SIGUSR2: return "SIGUSR2";
+    case SIGPIPE: return "SIGPIPE";     case SIGALRM: return "SIGALRM";
+    case SIGTERM: return "SIGTERM";     case SIGCHLD: return "SIGCHLD";
+    case SIGCONT: return "SIGCONT";     case SIGSTOP: return "SIGSTOP";
+    case SIGTSTP: return "SIGTSTP";     case SIGTTIN: return "SIGTTIN";
+    case SIGTTOU: return "SIGTTOU";     case SIGURG: return "SIGURG";
+    case SIGXCPU: return "SIGXCPU";     case SIGXFSZ: return "SIGXFSZ";
+    case SIGVTALRM: return "SIGVTALRM"; case SIGPROF: return "SIGPROF";
+    case SIGWINCH: return "SIGWINCH";   case SIGIO: return "SIGIO";
+    case SIGSYS: return "SIGSYS";
+    default: return sig >= SIGRTMIN && sig <= SIGRTMAX ? "SIGRT" : "unknown signal";
+  }
+}
+
+int exit_code_of(int wstatus) {
+  return WIFSIGNALED(wstatus) ? 128 + WTERMSIG(wstatus) : WEXITSTATUS(wstatus);
+}
+
+std::string describe_exit(int wstatus) {
+  if (!WIFSIGNALED(wstatus)) return "exited with status " + std::to_string(WEXITSTATUS(wstatus));
+  int sig = WTERMSIG(wstatus);
+  return "was killed by signal " + std::to_string(sig) + " (" + signal_name(sig) + ")" +
+         (WCOREDUMP(wstatus) ? " (core dumped)" : "");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Command line
+
+struct Options {
+  long long nproc_per_node = 1;
+  long long nnodes = 1;
+  long long node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  std::optional<int> master_port;
+  double grace_s = 3.0;
+  bool prefix = true;
+  std::vector<char*> program;  // argv of the ranks, null-terminated
+};
+
+long long parse_int(std::string_view flag, std::string_view v, long long lo, long long hi) {
+  long long x = 0;
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (v.empty() || ec == std::errc::invalid_argument || end != v.data() + v.size())
+    throw UsageError(std::string(flag) + ": '" + std::string(v) + "' is not an integer");
+  if (ec == std::errc::result_out_of_range || x < lo || x > hi)
+    throw UsageError(std::string(flag) + ": " + std::string(v) + " is out of range (" +
+                     std::to_string(lo) + "-" + std::to_string(hi) + ")");
+  return x;
+}
+
+double parse_seconds(std::string_view flag, std::string_view v) {
+  double x = 0;
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x, std::chars_format::fixed);
+  if (v.empty() || ec != std::errc() || end != v.data() + v.size() || !std::isfinite(x))
+    throw UsageError(std::string(flag) + ": '" + std::string(v) + "' is not a number of seconds");
+  if (x < 0 || x > 86400) throw UsageError(std::string(flag) + ": " + std::string(v) + " is out of range (0-86400)");
+  return x;
+}
+
+[[noreturn]] void print_and_exit(std::string_view text) {
+  write_all(STDOUT_FILENO, text);
+  std::exit(0);
+}
+
+// Applies one flag. `next` yields the following argument for the `--opt V` form.
+template <class Next>
+void apply_flag(Options& o, std::string_view arg, Next&& next) {
+  std::string name(arg.substr(0, arg.find('=')));
+  std::replace(name.begin() + 2, name.end(), '_', '-');
+  std::optional<std::string_view> inline_value;
+  if (auto eq = arg.find('='); eq != std::string_view::npos) inline_value = arg.substr(eq + 1);
+
+  auto value = [&]() -> std::string_view { return inline_value ? *inline_value : next(name); };
+  auto no_value = [&] {
+    if (inline_value) throw UsageError(name + " takes no value");
+  };
+
+  if (name == "--nproc-per-node") o.nproc_per_node = parse_int(name, value(), 1, 4096);
+  else if (name == "--nnodes") o.nnodes = parse_int(name, value(), 1, 65536);
+  else if (name == "--node-rank") o.node_rank = parse_int(name, value(), 0, 65535);
+  else if (name == "--master-port") o.master_port = static_cast<int>(parse_int(name, value(), 1, 65535));
+  else if (name == "--grace") o.grace_s = parse_seconds(name, value());
+  else if (name == "--master-addr") {
+    o.master_addr = std::string(value());
+    if (o.master_addr.empty()) throw UsageError("--master-addr: empty address");
+  } else if (name == "--no-prefix") { no_value(); o.prefix = false; }
+  else if (name == "--help") { no_value(); print_and_exit(kHelp); }
+  else if (name == "--version") { no_value(); print_and_exit("tuttirun (tutti) " TUTTI_VERSION "\n"); }
+  else throw UsageError("unknown option '" + std::string(arg) + "'");
+}
+
+Options parse_args(int argc, char** argv) {
+  Options o;
+  int i = 1;
+  for (; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg == "--") { ++i; break; }
+    if (arg == "-h") print_and_exit(kHelp);
+    if (arg.size() < 3 || !arg.starts_with("--")) {
+      if (arg.starts_with("-")) throw UsageError("unknown option '" + std::string(arg) + "'");
+      break;  // the program
+    }
+    apply_flag(o, arg, [&](const std::string& name) -> std::string_view {
+      if (i + 1 >= argc) throw UsageError(name + " needs a value");
+      return argv[++i];
+    });
+  }
+  if (i >= argc) throw UsageError("no program to run");
+  if (o.node_rank >= o.nnodes)
+    throw UsageError("--node-rank=" + std::to_string(o.node_rank) + " must be less than --nnodes=" +
+                     std::to_string(o.nnodes));
+  if (o.nnodes > 1 && !o.master_port)
+    throw UsageError("--master-port is required with --nnodes > 1 (every node must use the same port)");
+  o.program.assign(argv + i, argv + argc);
+  o.program.push_back(nullptr);
+  return o;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Job identity: port, id, token
+
+int pick_free_port(const std::string& addr) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (int rc = ::getaddrinfo(addr.c_str(), "0", &hints, &res); rc != 0)
+    throw LauncherError("cannot resolve --master-addr " + addr + ": " + ::gai_strerror(rc));
+  std::string why = "no address";
+  int port = 0;
+  for (addrinfo* ai = res; ai && port == 0; ai = ai->ai_next) {
+    int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) { why = errno_text("socket"); continue; }
+    sockaddr_storage sa{};
+    socklen_t len = sizeof sa;
+    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) != 0) why = errno_text("bind");
+    else if (::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) why = errno_text("getsockname");
+    else if (sa.ss_family == AF_INET) port = ntohs(reinterpret_cast<sockaddr_in*>(&sa)->sin_port);
+    else if (sa.ss_family == AF_INET6) port = ntohs(reinterpret_cast<sockaddr_in6*>(&sa)->sin6_port);
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  if (port == 0) throw LauncherError("cannot pick a free port on " + addr + ": " + why);
+  return port;
+}
+
+std::string to_hex(const unsigned char* p, std::size_t n) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string s;
+  for (std::size_t i = 0; i < n; ++i) {
+    s += digits[p[i] >> 4];
+    s += digits[p[i] & 15];
+  }
+  return s;
+}
+
+std::string random_hex(std::size_t bytes) {
+  std::vector<unsigned char> buf(bytes);
+  int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw LauncherError(errno_text("/dev/urandom"));
+  ssize_t n = ::read(fd, buf.data(), bytes);
+  ::close(fd);
+  if (n != static_cast<ssize_t>(bytes)) throw LauncherError("short read from /dev/urandom");
+  return to_hex(buf.data(), bytes);
+}
+
+// FNV-1a: the same input gives the same id on every node, which is all that is needed.
+std::string derived_hex(std::string_view salt, std::string_view key) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (char c : std::string(salt) + '\0' + std::string(key)) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
+  unsigned char b[8];
+  for (int i = 0; i < 8; ++i) b[i] = static_cast<unsigned char>(h >> (56 - 8 * i));
+  return to_hex(b, 8);
+}
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+
+struct JobIdentity {
+  int port;
+  std::string id, token;
+};
+
+JobIdentity make_identity(const Options& o) {
+  JobIdentity j;
+  j.port = o.master_port ? *o.master_port : pick_free_port(o.master_addr);
+  std::string key = o.master_addr + ":" + std::to_string(j.port);
+  bool multi = o.nnodes > 1;
+  j.id = env_or("TUTTI_JOB_ID", multi ? derived_hex("id", key) : random_hex(8));
+  j.token = env_or("TUTTI_JOB_TOKEN", multi ? derived_hex("token-a", key) + derived_hex("token-b", key)
+                                            : random_hex(16));
+  return j;
+}
+
+// Rank variables of other launchers' conventions. tutti reads those too, and rejects an
+// environment where they contradict RANK/WORLD_SIZE (tuttirun inside an srun or mpirun task).
+constexpr std::string_view kForeignRankVars[] = {
+    "TUTTI_RANK", "TUTTI_WORLD_SIZE", "TUTTI_LOCAL_RANK", "TUTTI_LOCAL_WORLD_SIZE",
+    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE",
+    "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
+};
+
+// The environment of one rank: tuttirun's own, with the launcher variables replaced and the
+// other conventions' rank variables removed.
+std::vector<std::string> rank_environment(const Options& o, const JobIdentity& j, long long local_rank) {
+  std::vector<std::string> vars = {
+      "RANK=" + std::to_string(o.node_rank * o.nproc_per_node + local_rank),
+      "WORLD_SIZE=" + std::to_string(o.nnodes * o.nproc_per_node),
+      "LOCAL_RANK=" + std::to_string(local_rank),
+      "LOCAL_WORLD_SIZE=" + std::to_string(o.nproc_per_node),
+      "GROUP_RANK=" + std::to_string(o.node_rank),
+      "NODE_RANK=" + std::to_string(o.node_rank),
+      "MASTER_ADDR=" + o.master_addr,
+      "MASTER_PORT=" + std::to_string(j.port),
+      "TUTTI_JOB_ID=" + j.id,
+      "TUTTI_JOB_TOKEN=" + j.token,
+      "TUTTI_LAUNCHER=tuttirun",
+  };
+  auto overridden = [&](std::string_view entry) {
+    auto name_eq = entry.substr(0, entry.find('=') + 1);
+    auto name = name_eq.substr(0, name_eq.size() - 1);
+    return std::any_of(vars.begin(), vars.end(), [&](const std::string& v) { return v.starts_with(name_eq); }) ||
+           std::find(std::begin(kForeignRankVars), std::end(kForeignRankVars), name) != std::end(kForeignRankVars);
+  };
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e)
+    if (!overridden(*e)) env.emplace_back(*e);
+  env.insert(env.end(), vars.begin(), vars.end());
+  return env;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Starting a rank
+
+// What a forked child needs, prepared before fork: the child allocates only if exec fails.
+struct ChildSetup {
+  pid_t launcher;
+  int stdin_fd;  // -1: inherit
+  int out_fd, err_fd;
+  sigset_t mask;
+  struct sigaction sigpipe;
+  char* const* argv;
+  char* const* envp;
+};
+
+[[noreturn]] void exec_child(const ChildSetup& s) {
+  ::setpgid(0, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != s.launcher) ::_exit(kExitLauncherError);  // tuttirun died before prctl
+  if (s.stdin_fd >= 0) ::dup2(s.stdin_fd, STDIN_FILENO);
+  ::dup2(s.out_fd, STDOUT_FILENO);
+  ::dup2(s.err_fd, STDERR_FILENO);
+  ::sigaction(SIGPIPE, &s.sigpipe, nullptr);
+  ::sigprocmask(SIG_SETMASK, &s.mask, nullptr);
+  ::execvpe(s.argv[0], s.argv, s.envp);
+  int err = errno;
+  std::string msg = std::string("tuttirun: cannot run '") + s.argv[0] + "': " + std::strerror(err) + "\n";
+  write_all(STDERR_FILENO, msg);
+  ::_exit(err == ENOENT ? 127 : 126);
+}
+
+struct Pipe {
+  int read = -1, write = -1;
+};
+
+Pipe make_pipe() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw LauncherError(errno_text("pipe"));
+  return {fds[0], fds[1]};
+}
+
+// One of a rank's output streams and the start of a line not yet complete.
+struct Stream {
+  int fd = -1;
+  int dest = -1;
+  std::string pending;
+};
+
+struct Rank {
+  long long rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+  Stream out, err;
+};
+
+// ---------------------------------------------------------------------------------------------
+// The launcher: starts the ranks, then one poll loop forwards output, signals and exits.
+
+class Launcher {
+ public:
+  Launcher(Options o, JobIdentity j, int sigfd, sigset_t child_mask, struct sigaction child_sigpipe)
+      : o_(std::move(o)), job_(std::move(j)), sigfd_(sigfd), child_mask_(child_mask),
+        child_sigpipe_(child_sigpipe) {}
+
+  int run() {
+    start_all();
+    while (!finished()) step();
+    if (failure_) return *failure_;
+    return interrupted_ ? 128 + interrupted_ : 0;
+  }
+
+ private:
+  void start_all() {
+    int devnull = -1;
+    if (::isatty(STDIN_FILENO)) devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    ranks_.resize(static_cast<std::size_t>(o_.nproc_per_node));
+    for (long long i = 0; i < o_.nproc_per_node; ++i) {
+      Rank& r = ranks_[static_cast<std::size_t>(i)];
+      r.rank = o_.node_rank * o_.nproc_per_node + i;
+      try {
+        start(r, i, devnull);
+      } catch (const LauncherError& e) {
+        say("cannot start rank " + std::to_string(r.rank) + ": " + e.what());
+        fail(kExitLauncherError);
+        break;
+      }
+    }
+    if (devnull >= 0) ::close(devnull);
+  }
+
+  void start(Rank& r, long long local_rank, int stdin_fd) {
+    std::vector<std::string> env = rank_environment(o_, job_, local_rank);
+    std::vector<char*> envp;
+    for (auto& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+
+    Pipe out = make_pipe();
+    Pipe err;
+    try {
+      err = make_pipe();
+    } catch (...) {
+      ::close(out.read), ::close(out.write);
+      throw;
+    }
+    ChildSetup setup{::getpid(), stdin_fd, out.write, err.write, child_mask_, child_sigpipe_,
+                     o_.program.data(), envp.data()};
+    pid_t pid = ::fork();
+    if (pid == 0) exec_child(setup);
+    int fork_errno = errno;
+    ::close(out.write), ::close(err.write);
+    if (pid < 0) {
+      ::close(out.read), ::close(err.read);
+      errno = fork_errno;
+      throw LauncherError(errno_text("fork"));
+    }
+    ::setpgid(pid, pid);  // also here, so that signals reach the group before the child runs
+    r.pid = pid;
+    r.running = true;
+    r.out = {out.read, STDOUT_FILENO, {}};
+    r.err = {err.read, STDERR_FILENO, {}};
+  }
+
+  bool finished() const {
+    bool any_running = std::any_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.running; });
+    if (any_running) return false;
+    if (drain_until_ && Clock::now() >= *drain_until_) return true;
+    return std::none_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.out.fd >= 0 || r.err.fd >= 0; });
+  }
+
+  void step() {
+    std::vector<pollfd> fds{{sigfd_, POLLIN, 0}};
+    std::vector<std::pair<Rank*, Stream*>> owners{{nullptr, nullptr}};
+    for (Rank& r : ranks_)
+      for (Stream* s : {&r.out, &r.err})
+        if (s->fd >= 0) fds.push_back({s->fd, POLLIN, 0}), owners.emplace_back(&r, s);
+
+    if (::poll(fds.data(), fds.size(), poll_timeout_ms()) < 0 && errno != EINTR)
+      throw LauncherError(errno_text("poll"));
+
+    if (fds[0].revents & POLLIN) read_signals();
+    for (std::size_t i = 1; i < fds.size(); ++i)
+      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) pump(*owners[i].first, *owners[i].second);
+    reap();
+    on_deadlines();
+  }
+
+  int poll_timeout_ms() const {
+    std::optional<Clock::time_point> next = kill_at_;
+    if (drain_until_ && (!next || *drain_until_ < *next)) next = drain_until_;
+    if (!next) return -1;
+    auto ms = std::chrono::ceil<std::chrono::milliseconds>(*next - Clock::now()).count();
+    return static_cast<int>(std::clamp<long long>(ms, 0, 60'000));
+  }
+
+  // --- output
+
+  void pump(Rank& r, Stream& s) {
+    if (s.fd < 0) return;  // closed by close_destination() earlier in this round
+    char buf[65536];
+    ssize_t n = ::read(s.fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) return;
+    if (n > 0) {
+      s.pending.append(buf, static_cast<std::size_t>(n));
+      emit_lines(r, s, false);
+      return;
+    }
+    emit_lines(r, s, true);
+    if (s.fd >= 0) ::close(s.fd);
+    s.fd = -1;
+  }
+
+  // Writes the complete lines of `s` with one write() per read, so lines are never split
+  // between ranks. At EOF, an unterminated last line is completed (unchanged with --no-prefix).
+  void emit_lines(const Rank& r, Stream& s, bool eof) {
+    std::string out, prefix = o_.prefix ? "[rank " + std::to_string(r.rank) + "] " : "";
+    std::size_t begin = 0;
+    while (begin < s.pending.size()) {
+      std::size_t nl = s.pending.find('\n', begin);
+      std::size_t end = nl == std::string::npos ? s.pending.size() : nl + 1;
+      bool complete = nl != std::string::npos;
+      if (!complete && !eof && end - begin < kMaxLine) break;
+      out += prefix;
+      out.append(s.pending, begin, end - begin);
+      if (!complete && (o_.prefix || !eof)) out += '\n';
+      begin = end;
+    }
+    s.pending.erase(0, begin);
+    if (!write_all(s.dest, out) && errno == EPIPE) close_destination(s.dest);
+  }
+
+  // Our stdout (or stderr) is a closed pipe, as in `tuttirun prog | head`: closing the ranks'
+  // pipes too lets them get SIGPIPE, as they would writing to that pipe directly.
+  void close_destination(int dest) {
+    for (Rank& r : ranks_)
+      for (Stream* s : {&r.out, &r.err})
+        if (s->dest == dest && s->fd >= 0) {
+          ::close(s->fd);
+          s->fd = -1;
+          s->pending.clear();
+        }
+  }
+
+  // --- signals and exits
+
+  void read_signals() {
+    signalfd_siginfo si;
+    while (::read(sigfd_, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+      int sig = static_cast<int>(si.ssi_signo);
+      if (sig == SIGCHLD) continue;  // reap() runs after every poll
+      on_signal(sig);
+    }
+  }
+
+  void on_signal(int sig) {
+    if (sig == SIGINT && ++sigints_ >= 2) {
+      say("second SIGINT: killing the ranks");
+      signal_ranks(SIGKILL);
+      return;
+    }
+    say(std::string("received ") + signal_name(sig) + ", forwarding it to the ranks");
+    if (!failure_ && !interrupted_) interrupted_ = sig;
+    signal_ranks(sig);
+    signal_ranks(SIGCONT);
+    arm_kill_timer();
+  }
+
+  void reap() {
+    int wstatus = 0;
+    pid_t pid;
+    while ((pid = ::waitpid(-1, &wstatus, WNOHANG)) > 0) {
+      auto r = std::find_if(ranks_.begin(), ranks_.end(), [&](const Rank& x) { return x.pid == pid; });
+      if (r == ranks_.end() || !(WIFEXITED(wstatus) || WIFSIGNALED(wstatus))) continue;
+      r->running = false;
+      if (exit_code_of(wstatus) != 0 && !failure_ && !interrupted_) {
+        say("rank " + std::to_string(r->rank) + " (pid " + std::to_string(pid) + ") " + describe_exit(wstatus));
+        fail(exit_code_of(wstatus));
+      }
+    }
+    bool any_running = std::any_of(ranks_.begin(), ranks_.end(), [](const Rank& x) { return x.running; });
+    if (!any_running && !drain_until_) drain_until_ = Clock::now() + kDrainAfterExit;
+  }
+
+  void fail(int exit_code) {
+    failure_ = exit_code;
+    if (std::none_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.running; })) return;
+    say("stopping the other ranks");
+    signal_ranks(SIGTERM);
+    signal_ranks(SIGCONT);  // a stopped rank only acts on SIGTERM once continued
+    arm_kill_timer();
+  }
+
+  void arm_kill_timer() {
+    if (kill_at_ || killed_) return;
+    kill_at_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.grace_s));
+  }
+
+  void on_deadlines() {
+    if (kill_at_ && Clock::now() >= *kill_at_) {
+      kill_at_.reset();
+      killed_ = true;
+      if (std::any_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.running; })) {
+        say("grace period over: killing the remaining ranks");
+        signal_ranks(SIGKILL);
+      }
+    }
+  }
+
+  // Signals whole process groups, so that a rank's own children get them as well.
+  void signal_ranks(int sig) {
+    for (const Rank& r : ranks_)
+      if (r.running) ::kill(-r.pid, sig);
+  }
+
+  Options o_;
+  JobIdentity job_;
+  int sigfd_;
+  sigset_t child_mask_;
+  struct sigaction child_sigpipe_;
+  std::vector<Rank> ranks_;
+  std::optional<int> failure_;  // exit status decided by the first failing rank
+  int interrupted_ = 0;         // first signal forwarded before any failure
+  int sigints_ = 0;
+  bool killed_ = false;
+  std::optional<Clock::time_point> kill_at_, drain_until_;
+};
+
+// Routes the signals tuttirun handles to a signalfd, so that the poll loop sees them. Returns the
+// signal mask and SIGPIPE disposition the ranks should start with.
+int setup_signals(sigset_t& child_mask, struct sigaction& child_sigpipe) {
+  struct sigaction dfl{};
+  dfl.sa_handler = SIG_DFL;
+  ::sigaction(SIGCHLD, &dfl, nullptr);  // an inherited SIG_IGN would make waitpid useless
+
+  struct sigaction ign{};
+  ign.sa_handler = SIG_IGN;
+  ::sigaction(SIGPIPE, &ign, &child_sigpipe);  // a closed stdout must not kill tuttirun
+
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigaddset(&set, sig);
+  ::sigprocmask(SIG_BLOCK, &set, &child_mask);
+  int fd = ::signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+  if (fd < 0) throw LauncherError(errno_text("signalfd"));
+  return fd;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opts;
+  try {
+    opts = parse_args(argc, argv);
+  } catch (const UsageError& e) {
+    say(e.what());
+    write_all(STDERR_FILENO, "Try 'tuttirun --help' for more information.\n");
+    return kExitUsage;
+  }
+  try {
+    sigset_t child_mask;
+    struct sigaction child_sigpipe{};
+    int sigfd = setup_signals(child_mask, child_sigpipe);
+    JobIdentity job = make_identity(opts);
+    return Launcher(std::move(opts), std::move(job), sigfd, child_mask, child_sigpipe).run();
+  } catch (const LauncherError& e) {
+    say(e.what());
+    return kExitLauncherError;
+  }
+}
