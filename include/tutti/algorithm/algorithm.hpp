@@ -16,6 +16,15 @@
 ///   scatter(ch, view<const T> in, view<T> out, int root)     all_to_all(ch, in, out)
 ///   reduce_scatter(ch, view<const T> in, view<T> out, op)
 /// A collective an algorithm lacks is a compile error naming it (`algorithm_for`).
+///
+/// Contracts an algorithm keeps (the communicator promises them to users):
+/// - reduce leaves every non-root rank's `buf` unchanged (use `ch.scratch` to accumulate);
+/// - all_reduce leaves bitwise-identical results on every rank: reduce each element in an order
+///   that does not depend on the rank (or compute it once and distribute it);
+/// - every rank makes the same sequence of channel calls with its peers that the schedule
+///   implies for the same (collective, count, root, size): the fingerprint makes a divergence an
+///   error, but only a schedule that all ranks agree on completes.
+/// Note the argument order: `ch.send(peer, view)` here, `comm.send(view, peer, tag)` for users.
 #pragma once
 
 #include <cstdint>

@@ -98,7 +98,8 @@ class channel {
   /// algorithms; slot 3 is the staging area of `recv_reduce` on transports without zero copy.
   template <class T>
   view<T> scratch(int slot, std::size_t n) {
-    return {reinterpret_cast<T*>(scratch_.slot[slot].reserve(n * sizeof(T))), n};
+    if (slot < 0 || slot > 2) throw usage_error("channel::scratch: slot " + std::to_string(slot) + " is outside 0..2");
+    return raw_scratch<T>(slot, n);
   }
 
  private:
@@ -109,7 +110,11 @@ class channel {
 
   template <class T>
   view<T> staging(std::size_t n) {
-    return scratch<T>(3, n);
+    return raw_scratch<T>(3, n);
+  }
+  template <class T>
+  view<T> raw_scratch(int slot, std::size_t n) {
+    return {reinterpret_cast<T*>(scratch_.slot[slot].reserve(n * sizeof(T))), n};
   }
 
   template <class T>

@@ -65,25 +65,34 @@ struct shared_memory {
   template <class Ch, class T, class Op>
     requires shared_window<typename Ch::transport_type>
   void all_reduce(Ch& ch, view<T> buf, const Op& op) const {
-    if (!ch.transport().has_window()) return recursive_doubling{}.all_reduce(ch, buf, op);
+    all_reduce(ch, view<const T>(buf), buf, op);
+  }
+
+  /// Out of place: reads `in` once (into the window) and writes `out` once.
+  template <class Ch, class T, class Op>
+    requires shared_window<typename Ch::transport_type>
+  void all_reduce(Ch& ch, view<const T> in, view<T> out, const Op& op) const {
+    if (!ch.transport().has_window()) {
+      if (in.data() != out.data()) copy_out(out.data(), reinterpret_cast<const std::byte*>(in.data()), in.size_bytes());
+      return recursive_doubling{}.all_reduce(ch, out, op);
+    }
     phases<Ch> ph(ch);
-    const std::size_t n = buf.size(), bytes = buf.size_bytes();
+    const std::size_t n = in.size(), bytes = in.size_bytes();
     if (bytes <= one_shot_bytes && bytes <= ph.half_bytes()) {
       const auto g = ph.begin();
-      copy_in(ph.mine(g), buf.data(), bytes);
+      copy_in(ph.mine(g), in.data(), bytes);
       ph.post(g);
       ph.wait_all(g);
-      reduce_slots<T>(ph, g, 0, buf.data(), n, op);
+      reduce_slots<T>(ph, g, 0, out.data(), n, op);
       return;
     }
     const int p = ch.size(), me = ch.rank();
     const std::size_t chunk = ph.template elems<T>(1) / static_cast<std::size_t>(p) * static_cast<std::size_t>(p);
     for (std::size_t at = 0; at == 0 || at < n; at += chunk) {
       const std::size_t m = std::min(chunk, n - std::min(at, n));
-      T* part = buf.data() + at;
       // Phase a: every rank's chunk in its slot. Rank r then reduces block r of every slot.
       const auto a = ph.begin();
-      copy_in(ph.mine(a), part, m * sizeof(T));
+      copy_in(ph.mine(a), in.data() + at, m * sizeof(T));
       ph.post(a);
       ph.wait_all(a);
       const auto mine = schedule::block(m, p, me);
@@ -94,7 +103,7 @@ struct shared_memory {
       ph.wait_all(a + 1);
       for (int r = 0; r < p; ++r) {
         const auto blk = schedule::block(m, p, r);
-        copy_out(part + blk.begin, ph.slot(r, a + 1), blk.size() * sizeof(T));
+        copy_out(out.data() + at + blk.begin, ph.slot(r, a + 1), blk.size() * sizeof(T));
       }
     }
   }

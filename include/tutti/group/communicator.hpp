@@ -38,7 +38,7 @@
 
 namespace tutti {
 
-template <transport Transport, class Algorithm = algo::automatic>
+template <transport Transport, algorithm Algorithm = algo::automatic>
 class communicator {
  public:
   using transport_type = Transport;
@@ -129,8 +129,23 @@ class communicator {
       throw usage_error(what(collective::all_reduce) + ": in has " + std::to_string(in.size()) +
                         " elements but out has " + std::to_string(out.size()));
     check_disjoint(in, out, collective::all_reduce, /*allow_same=*/true);
-    if (in.data() != out.data() && !in.empty()) std::memcpy(out.data(), in.data(), in.size_bytes());
-    all_reduce(out, op, a);
+    static_assert(supports<Algo, collective::all_reduce>,
+                  "tutti: this algorithm has no all_reduce schedule (see the table in README.md)");
+    auto fp = next_fp(collective::all_reduce, dtype_of<T>(), in.size(), -1, op_traits<Op>::id());
+    view<const T> cin = in;
+    // An algorithm with an out-of-place schedule reads `in` itself; the others work in place on
+    // `out`, after one copy.
+    auto body = [&](const auto& alg, auto& ch) {
+      if constexpr (requires { alg.all_reduce(ch, cin, out, kernel_op(op)); }) {
+        alg.all_reduce(ch, cin, out, kernel_op(op));
+      } else {
+        copy(cin, out);
+        alg.all_reduce(ch, out, kernel_op(op));
+      }
+    };
+    if (size() == 1) copy(cin, out);
+    else run<collective::all_reduce>(a, fp, in.size_bytes(), body);
+    finish(out, op);
   }
 
   /// Root's `out` (size() · in.size() elements, rank i's block at i · in.size()) gets every

@@ -1,9 +1,10 @@
 /// \file
 /// Reduction kernels: `combine(out, a, b, n, op)` computes out[i] = op(a[i], b[i]); `out` may be
-/// `a` or `b` (in place). Built-in ops on built-in arithmetic types run on 64-byte SIMD vectors
-/// (GCC/Clang vector extensions: AVX-512 or AVX2 or SSE, whatever the compiler targets), four
-/// vectors per iteration. float16/bfloat16 widen to float, combine, and narrow with round to
-/// nearest even. Anything else (user ops, user types) is a plain loop the compiler may vectorise.
+/// `a` or `b` (in place). Built-in ops on built-in arithmetic types run on SIMD vectors (GCC/Clang
+/// vector extensions) of the target's native width, four vectors per iteration. float16/bfloat16
+/// widen to float, combine, and narrow with round to nearest even, on vectors too (float16 in the
+/// F16C conversions where the target has them). Anything else (user ops, user types) is a plain
+/// loop the compiler may vectorise.
 #pragma once
 
 #include <cstddef>
@@ -13,6 +14,10 @@
 
 #include "tutti/core/float16.hpp"
 #include "tutti/op/ops.hpp"
+
+#if defined(__F16C__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#endif
 
 namespace tutti::detail {
 
@@ -26,6 +31,18 @@ inline constexpr bool simd_op = op_traits<Op>::builtin && simd_element<T> &&
 
 #if defined(__GNUC__) || defined(__clang__)
 #define TUTTI_HAVE_VECTOR_EXT 1
+/// Bytes per vector: the widest the target handles natively, integer elements included (64 with
+/// AVX-512BW, 32 with AVX2, else 16: SSE2, NEON, ...). Wider vectors would still be correct, but
+/// GCC lowers a comparison on a vector wider than the target's (min, max, the 16-bit
+/// conversions) to scalar code, element by element.
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+inline constexpr std::size_t simd_bytes = 64;
+#elif defined(__AVX2__)
+inline constexpr std::size_t simd_bytes = 32;
+#else
+inline constexpr std::size_t simd_bytes = 16;
+#endif
+
 /// The op written out on vectors in place (no function takes or returns a vector, so nothing
 /// depends on the vector calling convention of the target).
 #define TUTTI_VECTOR_OP(x, y)                                                          \
@@ -41,7 +58,7 @@ inline constexpr bool simd_op = op_traits<Op>::builtin && simd_element<T> &&
 
 template <class T, class Op>
 inline void combine_simd(T* out, const T* a, const T* b, std::size_t n, const Op& op) noexcept {
-  using vec [[gnu::vector_size(64)]] = T;
+  using vec [[gnu::vector_size(simd_bytes)]] = T;
   constexpr std::size_t width = sizeof(vec) / sizeof(T);
   std::size_t i = 0;
   for (; i + 4 * width <= n; i += 4 * width) {
@@ -73,114 +90,216 @@ inline void combine_simd(T* out, const T* a, const T* b, std::size_t n, const Op
   for (; i < n; ++i) out[i] = op(a[i], b[i]);
 }
 
-/// The 16-bit conversions on 16 lanes at once: the exact functions of float16.hpp, written
-/// without branches (every lane computes every case, then a mask picks one), so they vectorise.
-/// Results are bitwise identical to H::to_float / H::from_float, independent of the FP
-/// environment (rounding mode, FTZ/DAZ): only integer operations, and one exact int-to-float
-/// conversion and one exact scaling for float16 subnormals.
+/// The 16-bit conversions on vectors: the functions of float16.hpp written without branches
+/// (every lane computes every case, then a mask picks one), so they vectorise. A 32-bit lane
+/// holds two 16-bit elements: widen_lo / widen_hi turn the low / high one into a float, and
+/// narrow_lo / narrow_hi turn a float back into the low / high 16 bits of the lane (the other
+/// half zero), so that a lane's two results are or-ed together. Results are bitwise identical
+/// to H::to_float / H::from_float, whatever the FP environment (rounding mode, FTZ/DAZ):
+/// integer operations, plus for float16 subnormals a few float operations that are all exact.
+/// Comparisons are signed, on values below 2^31: x86 has no unsigned vector compare before
+/// AVX-512. Vectors are passed by reference only, so nothing depends on the target's vector ABI.
 namespace half_simd {
-using u16x16 [[gnu::vector_size(32)]] = std::uint16_t;
-using u32x16 [[gnu::vector_size(64)]] = std::uint32_t;
-using i32x16 [[gnu::vector_size(64)]] = std::int32_t;
-using f32x16 [[gnu::vector_size(64)]] = float;
-inline constexpr std::size_t width = 16;
-// Comparisons are signed, on values below 2^31: x86 before AVX-512 has no unsigned compare.
-/// f32x16, spelled so that it depends on H: then TUTTI_VECTOR_OP's branches for other ops (the
-/// bitwise ones, invalid on float) are discarded rather than checked.
+using u32xN [[gnu::vector_size(simd_bytes)]] = std::uint32_t;
+using i32xN [[gnu::vector_size(simd_bytes)]] = std::int32_t;
+using f32xN [[gnu::vector_size(simd_bytes)]] = float;
+
 template <class H>
-struct vec {
-  using f32x16 = half_simd::f32x16;
+struct conv;
+
+template <>
+struct conv<bfloat16> {
+  using f32 = f32xN;  // named here so that it depends on H (see combine_half_lanes)
+  static void widen_lo(u32xN& v) noexcept { v = v << 16; }
+  static void widen_hi(u32xN& v) noexcept { v = v & 0xffff0000u; }
+  /// The bfloat16 in the upper 16 bits of u; the lower 16 are left as they fall.
+  static void round(u32xN& u) noexcept {
+    const i32xN nan = (i32xN)(u & 0x7fffffffu) > 0x7f800000;
+    u = nan ? u | 0x400000u : u + 0x7fffu + ((u >> 16) & 1u);
+  }
+  static void narrow_lo(u32xN& u) noexcept {
+    round(u);
+    u = u >> 16;
+  }
+  static void narrow_hi(u32xN& u) noexcept {
+    round(u);
+    u = u & 0xffff0000u;
+  }
 };
 
-// Vectors are passed by reference only, so nothing depends on the target's vector ABI.
-inline void widen(f32x16& x, const bfloat16* p) noexcept {
-  u16x16 h;
-  std::memcpy(&h, p, sizeof h);
-  const u32x16 u = __builtin_convertvector(h, u32x16) << 16;
-  std::memcpy(&x, &u, sizeof x);
-}
+template <>
+struct conv<float16> {
+  using f32 = f32xN;
+  /// One float16 per lane (upper bits zero) -> its float.
+  static void widen(u32xN& h) noexcept {
+    const u32xN sign = (h & 0x8000u) << 16;
+    const u32xN exp = (h >> 10) & 0x1fu;
+    const u32xN mant = h & 0x3ffu;
+    const u32xN infnan = sign | 0x7f800000u | (mant << 13);
+    const u32xN normal = sign | ((exp + 112u) << 23) | (mant << 13);
+    // Subnormal or zero: mant * 2^-24 (exact: mant < 2^10 converts exactly, the product is a
+    // normal float or zero), the sign or-ed in (the scalar code's sign ? -v : v).
+    const f32xN sub = __builtin_convertvector((i32xN)mant, f32xN) * 0x1p-24f;
+    const u32xN subnormal = (u32xN)sub | sign;
+    h = exp == 0x1fu ? infnan : exp == 0u ? subnormal : normal;
+  }
+  /// A float per lane -> its float16 (upper bits zero).
+  static void narrow(u32xN& u) noexcept {
+    const u32xN sign = (u >> 16) & 0x8000u;
+    const u32xN a = u & 0x7fffffffu;
+    const i32xN sa = (i32xN)a;
+    const i32xN is_sub = sa < 0x38800000;
+    // a >= 2^-14: rebias the exponent 127 -> 15, round to nearest even on the 13 dropped bits.
+    const u32xN rebiased = a - 0x38000000u;
+    const u32xN normal = (rebiased + 0xfffu + ((rebiased >> 13) & 1u)) >> 13;
+    // a < 2^-14: the result is |f| * 2^24 rounded to the nearest integer, ties to even (0 below
+    // 2^-25). y = |f| * 2^24 is exact; so are t = trunc(y) (the conversion truncates whatever
+    // the rounding mode) and y - t. Other lanes compute on 0 and are dropped.
+    const f32xN y = (f32xN)((u32xN)is_sub & a) * 0x1p24f;
+    const i32xN t = __builtin_convertvector(y, i32xN);
+    const f32xN frac = y - __builtin_convertvector(t, f32xN);
+    const u32xN up = (frac > 0.5f) | ((frac == 0.5f) & ((u32xN)t << 31 != 0u));
+    const u32xN subnormal = (u32xN)t - up;  // up is 0 or all ones (-1)
+    const u32xN finite = sign | (is_sub ? subnormal : normal);
+    u = sa > 0x7f800000 ? sign | 0x7e00u : sa >= 0x477ff000 ? sign | 0x7c00u : finite;
+  }
+  static void widen_lo(u32xN& v) noexcept {
+    v = v & 0xffffu;
+    widen(v);
+  }
+  static void widen_hi(u32xN& v) noexcept {
+    v = v >> 16;
+    widen(v);
+  }
+  static void narrow_lo(u32xN& u) noexcept { narrow(u); }
+  static void narrow_hi(u32xN& u) noexcept {
+    narrow(u);
+    u = u << 16;
+  }
+};
 
-inline void narrow(bfloat16* p, const f32x16& x) noexcept {
-  u32x16 u;
-  std::memcpy(&u, &x, sizeof u);
-  const u32x16 nan = (i32x16)(u & 0x7fffffffu) > 0x7f800000;  // all ones where NaN
-  const u32x16 rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  const u32x16 r = (nan & ((u >> 16) | 0x40u)) | (~nan & rounded);
-  const u16x16 h = __builtin_convertvector(r, u16x16);
-  std::memcpy(static_cast<void*>(p), &h, sizeof h);  // bfloat16 is trivially copyable
-}
+#ifdef __F16C__
+/// float16 on x86 with F16C (every CPU with AVX2): the hardware conversions, 16 lanes with
+/// AVX-512 (zmm), else 8. vcvtph2ps is exact for every half (DAZ does not apply to it); the only
+/// difference from float16::to_float is that it quiets signalling NaNs, which cannot change a
+/// result, since every NaN narrows to sign | 0x7e00 and quieting keeps the sign. vcvtps2ph is
+/// told to round to nearest even (not MXCSR's mode) and rounds, overflows and makes subnormals
+/// like float16::from_float (FTZ does not apply to it; a float denormal flushed by DAZ still
+/// gives the same signed zero); its NaNs keep payload bits, which are cleared after it.
+template <class H>
+struct hw;
 
-inline void widen(f32x16& x, const float16* p) noexcept {
-  u16x16 h16;
-  std::memcpy(&h16, p, sizeof h16);
-  const u32x16 h = __builtin_convertvector(h16, u32x16);
-  const u32x16 sign = (h & 0x8000u) << 16;
-  const u32x16 exp = (h >> 10) & 0x1fu;
-  const u32x16 mant = h & 0x3ffu;
-  const u32x16 infnan = sign | 0x7f800000u | (mant << 13);
-  const u32x16 normal = sign | ((exp + 112u) << 23) | (mant << 13);
-  // Subnormal or zero: mant * 2^-24, exact (mant < 2^10 converts exactly; the product is a
-  // normal float or zero), with the sign or-ed in (the scalar code's sign ? -v : v).
-  const i32x16 imant = (i32x16)mant;
-  const f32x16 sub = __builtin_convertvector(imant, f32x16) * 5.9604644775390625e-8f;
-  const u32x16 subnormal = (u32x16)sub | sign;
-  const u32x16 is_infnan = exp == 0x1fu, is_zero_exp = exp == 0u;
-  const u32x16 u =
-      (is_infnan & infnan) | (is_zero_exp & subnormal) | (~(is_infnan | is_zero_exp) & normal);
-  std::memcpy(&x, &u, sizeof x);
-}
-
-inline void narrow(float16* p, const f32x16& x) noexcept {
-  u32x16 u;
-  std::memcpy(&u, &x, sizeof u);
-  const u32x16 sign = (u >> 16) & 0x8000u;
-  const u32x16 a = u & 0x7fffffffu;
-  // a >= 2^-14: rebias the exponent 127 -> 15, round to nearest even on the 13 dropped bits.
-  const u32x16 rebiased = a - 0x38000000u;
-  const u32x16 normal = (rebiased + 0xfffu + ((rebiased >> 13) & 1u)) >> 13;
-  // 2^-25 <= a < 2^-14: the 24-bit significand shifted right by 14..24, rounded to nearest even
-  // (adding half - 1 plus the kept lsb, then truncating). The shift is masked into 0..31 so it
-  // stays defined in lanes that take another case.
-  const u32x16 shift = (126u - (a >> 23)) & 31u;
-  const u32x16 mant = (a & 0x7fffffu) | 0x800000u;
-  const u32x16 subnormal = (mant + (((1u << shift) >> 1) - 1u) + ((mant >> shift) & 1u)) >> shift;
-  const i32x16 sa = (i32x16)a;
-  const u32x16 is_nan = sa > 0x7f800000, is_inf = sa >= 0x477ff000, is_sub = sa < 0x38800000,
-               is_zero = sa < 0x33000000;
-  const u32x16 r = (is_nan & 0x7e00u) | (~is_nan & is_inf & 0x7c00u) |
-                   (is_sub & ~is_zero & subnormal) | (~is_inf & ~is_sub & normal);
-  const u16x16 h = __builtin_convertvector(r | sign, u16x16);
-  std::memcpy(static_cast<void*>(p), &h, sizeof h);  // float16 is trivially copyable
-}
+template <>
+struct hw<float16> {
+#ifdef __AVX512F__
+  // The maskz forms with a full mask: GCC 12's plain forms warn (-Wuninitialized) on the
+  // undefined vector they pass inside the intrinsic.
+  using f32 = __m512;
+  using bits = __m256i;
+  static void widen(f32& x, const float16* p) noexcept {
+    x = _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static void narrow_raw(bits& h, const f32& x) noexcept {
+    h = _mm512_maskz_cvtps_ph(0xffff, x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+#else
+  using f32 = __m256;
+  using bits = __m128i;
+  static void widen(f32& x, const float16* p) noexcept {
+    x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static void narrow_raw(bits& h, const f32& x) noexcept {
+    h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+#endif
+  static constexpr std::size_t width = sizeof(f32) / sizeof(float);
+  using u16xM [[gnu::vector_size(sizeof(bits))]] = std::uint16_t;
+  using i16xM [[gnu::vector_size(sizeof(bits))]] = std::int16_t;
+  static void narrow(float16* p, const f32& x) noexcept {
+    bits raw;
+    narrow_raw(raw, x);
+    u16xM h;
+    std::memcpy(&h, &raw, sizeof h);
+    const u16xM nan = (i16xM)(h & 0x7fffu) > 0x7c00;  // a NaN here always has 0x7e00 set
+    h &= ~(nan & 0x1ffu);                              // so this leaves sign | 0x7e00
+    std::memcpy(static_cast<void*>(p), &h, sizeof h);  // float16 is trivially copyable
+  }
+};
+#endif
 }  // namespace half_simd
 #endif
 
-/// float16/bfloat16: widen to float, combine in float, narrow with round to nearest even; 32
-/// elements per iteration, the tail element by element with the same scalar conversions.
+#ifdef TUTTI_HAVE_VECTOR_EXT
+/// combine_half's vectors, in the portable conversions: each 32-bit lane holds two elements, and
+/// the low halves of a and b are combined apart from the high halves, so no element ever changes
+/// place (and byte order does not matter). Returns how many elements it did.
+template <class H, class Op>
+inline std::size_t combine_half_lanes(H* out, const H* a, const H* b, std::size_t n) noexcept {
+  using conv = half_simd::conv<H>;
+  using u32xN = half_simd::u32xN;
+  // A type that depends on H, so that TUTTI_VECTOR_OP's branches for other ops (the bitwise
+  // ones, invalid on float) are discarded rather than checked.
+  using f32xN = typename conv::f32;
+  constexpr std::size_t w = sizeof(u32xN) / sizeof(H);
+  const std::size_t end = n / w * w;
+  for (std::size_t i = 0; i < end; i += w) {
+    u32xN va, vb;
+    std::memcpy(&va, a + i, sizeof va);
+    std::memcpy(&vb, b + i, sizeof vb);
+    u32xN alo = va, ahi = va, blo = vb, bhi = vb;
+    conv::widen_lo(alo);
+    conv::widen_hi(ahi);
+    conv::widen_lo(blo);
+    conv::widen_hi(bhi);
+    f32xN xlo = (f32xN)alo, xhi = (f32xN)ahi;
+    const f32xN ylo = (f32xN)blo, yhi = (f32xN)bhi;
+    TUTTI_VECTOR_OP(xlo, ylo);
+    TUTTI_VECTOR_OP(xhi, yhi);
+    u32xN rlo = (u32xN)xlo, rhi = (u32xN)xhi;
+    conv::narrow_lo(rlo);
+    conv::narrow_hi(rhi);
+    const u32xN r = rlo | rhi;
+    std::memcpy(static_cast<void*>(out + i), &r, sizeof r);  // H is trivially copyable
+  }
+  return end;
+}
+
+#ifdef __F16C__
+/// combine_half's vectors for float16, in the hardware conversions; two vectors per iteration.
+/// Returns how many elements it did.
+template <class H, class Op>
+inline std::size_t combine_half_hw(H* out, const H* a, const H* b, std::size_t n) noexcept {
+  using hw = half_simd::hw<H>;
+  using f32 = typename hw::f32;  // depends on H: see combine_half_lanes
+  constexpr std::size_t w = hw::width;
+  const std::size_t end = n / (2 * w) * (2 * w);
+  for (std::size_t i = 0; i < end; i += 2 * w) {
+    f32 x0, x1, y0, y1;
+    hw::widen(x0, a + i);
+    hw::widen(x1, a + i + w);
+    hw::widen(y0, b + i);
+    hw::widen(y1, b + i + w);
+    TUTTI_VECTOR_OP(x0, y0);
+    TUTTI_VECTOR_OP(x1, y1);
+    hw::narrow(out + i, x0);
+    hw::narrow(out + i + w, x1);
+  }
+  return end;
+}
+#endif
+#endif
+
+/// float16/bfloat16: widen to float, combine in float, narrow with round to nearest even. Vectors
+/// as far as they go (float16 in the hardware conversions where the target has them), the tail
+/// element by element in the scalar conversions.
 template <class H, class Op>
 inline void combine_half(H* out, const H* a, const H* b, std::size_t n, const Op& op) noexcept {
   std::size_t i = 0;
-#ifdef TUTTI_HAVE_VECTOR_EXT
-  using f32x16 = typename half_simd::vec<H>::f32x16;
-  constexpr std::size_t w = half_simd::width;
-  for (; i + 2 * w <= n; i += 2 * w) {
-    f32x16 x0, x1, y0, y1;
-    half_simd::widen(x0, a + i);
-    half_simd::widen(x1, a + i + w);
-    half_simd::widen(y0, b + i);
-    half_simd::widen(y1, b + i + w);
-    TUTTI_VECTOR_OP(x0, y0);
-    TUTTI_VECTOR_OP(x1, y1);
-    half_simd::narrow(out + i, x0);
-    half_simd::narrow(out + i + w, x1);
-  }
-  for (; i + w <= n; i += w) {
-    f32x16 x, y;
-    half_simd::widen(x, a + i);
-    half_simd::widen(y, b + i);
-    TUTTI_VECTOR_OP(x, y);
-    half_simd::narrow(out + i, x);
-  }
+#if defined(TUTTI_HAVE_VECTOR_EXT) && defined(__F16C__)
+  if constexpr (std::is_same_v<H, float16>) i = combine_half_hw<H, Op>(out, a, b, n);
+  else i = combine_half_lanes<H, Op>(out, a, b, n);
+#elif defined(TUTTI_HAVE_VECTOR_EXT)
+  i = combine_half_lanes<H, Op>(out, a, b, n);
 #endif
   for (; i < n; ++i)
     out[i].bits = H::from_float(op(H::to_float(a[i].bits), H::to_float(b[i].bits)));

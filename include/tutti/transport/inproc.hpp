@@ -110,6 +110,12 @@ class inproc {
   template <class Algorithm = algo::automatic, class F>
   static void run(int n, F&& f);
 
+  /// As `run`, with each rank's transport wrapped first: `f` gets a
+  /// `communicator<decltype(wrap(inproc)), Algorithm>&`. For user transports that delegate to
+  /// inproc (see examples/custom_transport.cpp).
+  template <class Algorithm = algo::automatic, class Wrap, class F>
+  static void run_wrapped(int n, Wrap&& wrap, F&& f);
+
   /// A transport for `rank` of a fresh world of `n` ranks.
   inproc(std::shared_ptr<world> w, int rank)
       : world_(std::move(w)), rank_(rank), context_(0) {
@@ -151,13 +157,13 @@ class inproc {
     sendrecv_with(to, hs, sdata, from, hr, c, w);
   }
 
-  void recv_with(int peer, const header& h, detail::byte_consumer consume, const wait_context& w) {
+  void recv_with(int peer, const header& h, byte_consumer consume, const wait_context& w) {
     std::unique_lock lk(world_->mu);
     receive(lk, peer, h, consume, w);
   }
 
   void sendrecv_with(int to, const header& hs, const std::byte* sdata, int from, const header& hr,
-                     detail::byte_consumer consume, const wait_context& w) {
+                     byte_consumer consume, const wait_context& w) {
     envelope e = make_envelope(hs, sdata);
     std::unique_lock lk(world_->mu);
     post(to, e);
@@ -213,7 +219,7 @@ class inproc {
   }
 
   void receive(std::unique_lock<std::mutex>& lk, int peer, const header& h0,
-               detail::byte_consumer consume, const wait_context& w) {
+               byte_consumer consume, const wait_context& w) {
     header h = h0;
     h.fp.context = context_;
     const int src = world_rank(peer);
@@ -358,6 +364,11 @@ namespace tutti {
 
 template <class Algorithm, class F>
 void inproc::run(int n, F&& f) {
+  run_wrapped<Algorithm>(n, [](inproc t) { return t; }, std::forward<F>(f));
+}
+
+template <class Algorithm, class Wrap, class F>
+void inproc::run_wrapped(int n, Wrap&& wrap, F&& f) {
   if (n < 1) throw usage_error("inproc::run: need at least one rank, got " + std::to_string(n));
   const config cfg = config::from_env();  // read once, before any thread starts
   auto w = std::make_shared<world>(n);
@@ -367,7 +378,8 @@ void inproc::run(int n, F&& f) {
     threads.emplace_back([&, r] {
       std::exception_ptr err;
       try {
-        communicator<inproc, Algorithm> comm(inproc(w, r), Algorithm{}, cfg);
+        auto t = wrap(inproc(w, r));
+        communicator<decltype(t), Algorithm> comm(std::move(t), Algorithm{}, cfg);
         f(comm);
       } catch (...) {
         err = std::current_exception();

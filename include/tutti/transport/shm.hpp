@@ -281,12 +281,12 @@ class shm {
     copier c{rdata};
     sendrecv_with(to, hs, sdata, from, hr, c, w);
   }
-  void recv_with(int peer, const header& h, detail::byte_consumer consume, const wait_context& w) {
+  void recv_with(int peer, const header& h, byte_consumer consume, const wait_context& w) {
     incoming in{peer, h, consume};
     while (!progress(in, w)) wait_for(w, h, peer, -1, "to receive from", [&] { return data_arrived(in); });
   }
   void sendrecv_with(int to, const header& hs, const std::byte* sdata, int from, const header& hr,
-                     detail::byte_consumer consume, const wait_context& w) {
+                     byte_consumer consume, const wait_context& w) {
     outgoing out{to, hs, sdata};
     incoming in{from, hr, consume};
     bool sent = false, received = false;
@@ -379,7 +379,7 @@ class shm {
   struct incoming {
     int peer;
     const header& expected;
-    detail::byte_consumer consume;
+    byte_consumer consume;
     bool checked = false;
     std::size_t done = 0;  // payload bytes consumed (padded)
     std::uint64_t seen_head = 0;

@@ -29,7 +29,7 @@
 
 #include "tutti/core/error.hpp"
 #include "tutti/core/fingerprint.hpp"
-#include "tutti/detail/function_ref.hpp"
+#include "tutti/transport/byte_consumer.hpp"
 
 namespace tutti {
 
@@ -57,7 +57,7 @@ concept transport =
 template <class T>
 concept zero_copy_recv =
     transport<T> && requires(T& t, int peer, const header& h, const std::byte* in,
-                             const wait_context& w, detail::byte_consumer consume) {
+                             const wait_context& w, byte_consumer consume) {
       t.recv_with(peer, h, consume, w);
       t.sendrecv_with(peer, h, in, peer, h, consume, w);
     };

@@ -5,7 +5,7 @@
 #include <type_traits>
 #include <utility>
 
-namespace tutti::detail {
+namespace tutti {
 
 /// A non-owning reference to a callable `void(const std::byte* data, std::size_t offset,
 /// std::size_t bytes)`: what a zero-copy transport hands a peer's bytes to, without templating
@@ -30,4 +30,4 @@ class byte_consumer {
   void (*call_)(void*, const std::byte*, std::size_t, std::size_t);
 };
 
-}  // namespace tutti::detail
+}  // namespace tutti

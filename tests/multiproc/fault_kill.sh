@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# SIGKILL one rank mid-collective under tuttirun, at 2..5 ranks: the launcher exits with 137 naming
+# the rank, every survivor reports peer_lost/timeout naming it (see fault_kill.cpp), and nothing
+# is left behind: no new entry in /dev/shm or /tmp, no abstract socket of the job.
+# Usage: fault_kill.sh <tuttirun> <fault_kill binary>
+set -u
+tuttirun=$1 prog=$2
+pass=0 fail=0
+check() { if eval "$2"; then pass=$((pass + 1)); echo "PASS $1"; else fail=$((fail + 1)); echo "FAIL $1"; fi; }
+snapshot() { ls -A /dev/shm /tmp 2>/dev/null | grep -i tutti | sort; }
+before=$(snapshot)
+for np in 2 3 4 5; do
+  victim=$((np - 1))
+  job="faultkill$$-$np"
+  out=$(TUTTI_JOB_ID=$job TUTTI_TIMEOUT=10 timeout 60 "$tuttirun" --nproc-per-node=$np --grace=5 "$prog" $victim 40 2>&1)
+  status=$?
+  check "np=$np launcher exits 137" "[[ $status -eq 137 ]]"
+  check "np=$np launcher names rank $victim" "grep -q 'rank $victim (pid [0-9]*) was killed by signal 9' <<<\"\$out\""
+  survivors=$(grep -c 'survivor rank .*expected kind, names rank [0-9]*: yes, segment fds: 0' <<<"$out")
+  check "np=$np all $((np - 1)) survivors raised peer_lost/timeout naming rank $victim" "[[ $survivors -eq $((np - 1)) ]]"
+  check "np=$np no abstract socket left" "! grep -q 'tutti\.[0-9]*\.$job' /proc/net/unix"
+  [[ $fail -eq 0 ]] || echo "$out" | tail -20
+done
+after=$(snapshot)
+check "nothing new in /dev/shm or /tmp" "[[ \"\$before\" == \"\$after\" ]]"
+echo "$pass passed, $fail failed"
+[[ $fail -eq 0 ]]

@@ -1,0 +1,98 @@
+// The multi-rank test bodies of tests/group/ again, as real processes over tutti::shm. Run under
+// the launcher: `tuttirun --nproc-per-node=N tutti_shm_tests` (ctest does so for N = 2..5).
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <numeric>
+
+#include "../support/collective_checks.hpp"
+
+using namespace tutti;
+using namespace tutti::test;
+
+namespace {
+communicator<shm>& world() {
+  static communicator<shm> comm = [] {
+    auto c = communicator<shm>::from_env();
+    c.set_timeout(std::chrono::seconds(60));
+    return c;
+  }();
+  return comm;
+}
+}  // namespace
+
+TEST_SUITE_BEGIN("multiproc");
+
+TEST_CASE_TEMPLATE("over shm: every collective matches the naive reference", A, algo::shared_memory, algo::ring,
+                   algo::tree, algo::recursive_doubling, algo::direct, algo::automatic) {
+  check_every_type<A>(world());
+}
+
+TEST_CASE("over shm: messages larger than a ring and a window") {
+  auto& comm = world();
+  const int me = comm.rank(), p = comm.size();
+  const std::size_t n = (std::size_t{3} << 20) + 5;  // 12 MiB of floats: > the 4 MiB window, > the rings
+  std::vector<float> v(n), want(n);
+  auto fill = [&] {
+    for (std::size_t i = 0; i < n; ++i) v[i] = value<float>(me, i);
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    float acc = 0;
+    for (int r = 0; r < p; ++r) acc += value<float>(r, i);
+    want[i] = acc;
+  }
+  fill();
+  comm.all_reduce(view(v), op::sum{}, algo::shared_memory{});
+  expect_equal(v, want, "shared_memory two-shot all_reduce 12 MiB");
+  fill();
+  comm.all_reduce(view(v), op::sum{}, algo::ring{.chunk_bytes = 100000});
+  expect_equal(v, want, "ring all_reduce 12 MiB over the byte rings");
+  fill();
+  comm.all_reduce(view(v), op::sum{}, algo::recursive_doubling{});
+  expect_equal(v, want, "rabenseifner all_reduce 12 MiB over the byte rings");
+  fill();
+  std::vector<float> out(n);
+  comm.all_reduce(view<const float>(v), view(out), op::sum{}, algo::shared_memory{.one_shot_bytes = 0});
+  expect_equal(out, want, "shared_memory out-of-place all_reduce 12 MiB");
+  fill();
+  comm.broadcast(view(v), p - 1);
+  std::vector<float> b(n);
+  for (std::size_t i = 0; i < n; ++i) b[i] = value<float>(p - 1, i);
+  expect_equal(v, b, "shared_memory broadcast 12 MiB");
+}
+
+TEST_CASE("over shm: sub-groups run over the byte rings") {
+  auto& comm = world();
+  std::vector<int> evens;
+  for (int r = 0; r < comm.size(); r += 2) evens.push_back(r);
+  auto group = comm.new_group(evens);
+  CHECK(group.has_value() == (comm.rank() % 2 == 0));
+  if (group) {
+    CHECK(group->size() == static_cast<int>(evens.size()));
+    check_collectives<algo::automatic, float>(*group, 5, op::sum{});
+    check_collectives<algo::shared_memory, std::int32_t>(*group, 3, op::max{});
+  }
+  auto halves = comm.split(comm.rank() < comm.size() / 2 ? 0 : 1, -comm.rank());
+  REQUIRE(halves.has_value());
+  check_collectives<algo::automatic, double>(*halves, 7, op::sum{});
+  comm.barrier();
+}
+
+TEST_CASE("over shm: send and recv") {
+  auto& comm = world();
+  const int me = comm.rank(), p = comm.size();
+  std::vector<int> data(100000);
+  if (me == 0) {
+    for (int r = 1; r < p; ++r) {
+      std::iota(data.begin(), data.end(), r);
+      comm.send(view(data), r, 7);
+    }
+  } else {
+    comm.recv(view(data), 0, 7);
+    CHECK(data[0] == me);
+    CHECK(data[99999] == me + 99999);
+  }
+  comm.barrier();
+}
+
+TEST_SUITE_END();
