@@ -30,6 +30,9 @@
 #include <cstdint>
 #include <cstring>
 #include <string_view>
+#if defined(__AVX2__) || defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #include "tutti/algorithm/algorithm.hpp"
 #include "tutti/algorithm/direct.hpp"
@@ -44,15 +47,15 @@ namespace tutti {
 
 /// Capability: ranks see each other's windows and publish phase counters.
 template <class T>
-concept shared_window = transport<T> && requires(T& t, const T& ct, int r, std::uint64_t g, const fingerprint* fp,
-                                                 const wait_context& w) {
+concept shared_window = transport<T> && requires(T& t, const T& ct, int r, std::uint64_t g, const fingerprint& fp,
+                                                 bool compare, const wait_context& w) {
   { ct.has_window() } -> std::convertible_to<bool>;
   { ct.window(r) } -> std::same_as<std::byte*>;
   { ct.window_bytes() } -> std::convertible_to<std::size_t>;
   { ct.phase() } -> std::convertible_to<std::uint64_t>;
-  t.post(g, *fp);
-  t.wait_phase(r, g, fp, w);
-  t.wait_all(g, fp, w);
+  t.post(g, fp);
+  t.wait_phase(r, g, fp, compare, w);
+  t.wait_all(g, fp, compare, w);
 };
 
 namespace algo {
@@ -61,6 +64,9 @@ struct shared_memory {
   static constexpr std::string_view name = "shared_memory";
   /// all_reduce up to this many bytes (and a window half) runs one shot.
   std::size_t one_shot_bytes = std::size_t{256} << 10;
+  /// Two-shot all_reduce moves the message in chunks of at most this many bytes (and a window
+  /// half), small enough that a chunk's copies and reductions stay in cache.
+  std::size_t chunk_bytes = std::size_t{512} << 10;
 
   template <class Ch, class T, class Op>
     requires shared_window<typename Ch::transport_type>
@@ -87,7 +93,9 @@ struct shared_memory {
       return;
     }
     const int p = ch.size(), me = ch.rank();
-    const std::size_t chunk = ph.template elems<T>(1) / static_cast<std::size_t>(p) * static_cast<std::size_t>(p);
+    const std::size_t fit = std::min(ph.template elems<T>(1), std::max<std::size_t>(chunk_bytes / sizeof(T), 1));
+    const std::size_t chunk = std::max<std::size_t>(fit / static_cast<std::size_t>(p), 1) * static_cast<std::size_t>(p);
+    const bool stream = bytes >= stream_bytes;  // the output will not be re-read from cache
     for (std::size_t at = 0; at == 0 || at < n; at += chunk) {
       const std::size_t m = std::min(chunk, n - std::min(at, n));
       // Phase a: every rank's chunk in its slot. Rank r then reduces block r of every slot.
@@ -103,7 +111,8 @@ struct shared_memory {
       ph.wait_all(a + 1);
       for (int r = 0; r < p; ++r) {
         const auto blk = schedule::block(m, p, r);
-        copy_out(out.data() + at + blk.begin, ph.slot(r, a + 1), blk.size() * sizeof(T));
+        if (stream) stream_out(out.data() + at + blk.begin, ph.slot(r, a + 1), blk.size() * sizeof(T));
+        else copy_out(out.data() + at + blk.begin, ph.slot(r, a + 1), blk.size() * sizeof(T));
       }
     }
   }
@@ -267,12 +276,12 @@ struct shared_memory {
     /// phases ago into the half it is about to reuse.
     std::uint64_t begin() {
       const std::uint64_t g = t_.phase() + 1;
-      t_.wait_all(g - 1, nullptr, w_);
+      t_.wait_all(g - 1, fp_, /*compare=*/false, w_);
       return g;
     }
     void post(std::uint64_t g) { t_.post(g, fp_); }
-    void wait(int r, std::uint64_t g) { t_.wait_phase(r, g, &fp_, w_); }
-    void wait_all(std::uint64_t g) { t_.wait_all(g, &fp_, w_); }
+    void wait(int r, std::uint64_t g) { t_.wait_phase(r, g, fp_, /*compare=*/true, w_); }
+    void wait_all(std::uint64_t g) { t_.wait_all(g, fp_, /*compare=*/true, w_); }
     std::byte* mine(std::uint64_t g) const { return slot(ch_.rank(), g); }
     std::byte* slot(int r, std::uint64_t g) const { return t_.window(r) + (g % 2) * half_bytes(); }
 
@@ -288,6 +297,32 @@ struct shared_memory {
   }
   static void copy_out(void* dst, const std::byte* slot, std::size_t bytes) {
     if (bytes) std::memcpy(dst, slot, bytes);
+  }
+
+  /// Outputs at least this large go out with non-temporal stores (glibc only streams above
+  /// ~190 MiB here; writing through the cache would first read every output line).
+  static constexpr std::size_t stream_bytes = std::size_t{8} << 20;
+
+  static void stream_out(void* dst, const std::byte* src, std::size_t bytes) {
+#if defined(__AVX2__) || defined(__SSE2__)
+    auto* d = static_cast<std::byte*>(dst);
+    std::size_t i = 0;
+    // Head: up to the first 32-byte boundary of the destination.
+    const std::size_t head = std::min(bytes, (32 - reinterpret_cast<std::uintptr_t>(d) % 32) % 32);
+    if (head) std::memcpy(d, src, head);
+    i = head;
+#if defined(__AVX2__)
+    for (; i + 32 <= bytes; i += 32)
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
+#else
+    for (; i + 16 <= bytes; i += 16)
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+#endif
+    if (i < bytes) std::memcpy(d + i, src + i, bytes - i);
+    _mm_sfence();
+#else
+    copy_out(dst, src, bytes);
+#endif
   }
 
   /// out[i] = slot_0[first + i] op slot_1[first + i] op ... in rank order (bitwise identical on

@@ -49,7 +49,13 @@ class communicator {
   explicit communicator(Transport t, Algorithm a = {}) : communicator(std::move(t), std::move(a), config::from_env()) {}
   communicator(Transport t, Algorithm a, config cfg)
       : t_(std::move(t)), algo_(std::move(a)), cfg_(std::move(cfg)),
-        overrides_(algo::automatic::override_table::parse(cfg_.algo_override)) {}
+        overrides_(algo::automatic::override_table::parse(cfg_.algo_override)) {
+    if constexpr (!shared_window<Transport>)
+      for (const auto& o : overrides_.per_collective)
+        if (o == algo::automatic::choice::shared_memory)
+          throw config_error("TUTTI_ALGO names shared_memory, which needs a transport with shared windows "
+                             "(tutti::shm); this communicator's transport has none");
+  }
 
   /// Joins the job the environment describes (`Transport::from_env()`, e.g. `tutti::shm`).
   static communicator from_env()
@@ -283,10 +289,33 @@ class communicator {
     const std::uint64_t context = detail::hash_combine(t_context(), h ^ seq_);
     // Agree: every rank must have passed the same list.
     auto hashes = exchange(h);
-    for (int i = 0; i < size(); ++i)
-      if (hashes[static_cast<std::size_t>(i)] != h)
-        throw mismatch_error("new_group: rank " + std::to_string(rank()) + " and rank " +
-                             std::to_string(i) + " passed different rank lists");
+    if (std::any_of(hashes.begin(), hashes.end(), [&](std::uint64_t x) { return x != hashes[0]; })) {
+      // Every rank saw the disagreement: exchange the lists themselves, to name them.
+      const auto longest = exchange(ranks.size());
+      const std::size_t width = *std::max_element(longest.begin(), longest.end());
+      std::vector<std::uint64_t> mine(width, ~std::uint64_t{0}), all(width * size_t_size());
+      for (std::size_t i = 0; i < ranks.size(); ++i) mine[i] = static_cast<std::uint64_t>(ranks[i]);
+      auto fp = next_fp(collective::group, dtype_of<std::uint64_t>(), width, -1, 0);
+      auto body = [&](const auto& alg, auto& ch) {
+        alg.all_gather(ch, view<const std::uint64_t>(mine), view<std::uint64_t>(all));
+      };
+      execute(algo::direct{}, fp, body);
+      auto list_of = [&](int r) {
+        std::string s;
+        for (std::size_t i = 0; i < width; ++i) {
+          const auto v = all[static_cast<std::size_t>(r) * width + i];
+          if (v != ~std::uint64_t{0}) s += (s.empty() ? "" : ", ") + std::to_string(v);
+        }
+        return "[" + s + "]";
+      };
+      int other = 0;
+      while (other < size() && hashes[static_cast<std::size_t>(other)] == h) ++other;
+      guarded([&] {
+        throw mismatch_error("new_group: rank " + std::to_string(rank()) + " passed " + list_of(rank()) + ", rank " +
+                             std::to_string(other) + " passed " + list_of(other) +
+                             " (every rank must pass the same list)");
+      });
+    }
     if (!seen[static_cast<std::size_t>(rank())]) return std::nullopt;
     return child(ranks, context);
   }

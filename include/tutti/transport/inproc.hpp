@@ -244,7 +244,16 @@ class inproc {
     }
     e->st = state::taken;
     lk.unlock();
-    consume(e->data, 0, e->h.bytes);  // the sender is parked until we mark it done
+    try {
+      consume(e->data, 0, e->h.bytes);  // the sender is parked until we mark it done
+    } catch (const std::exception& ex) {  // e.g. a user op that throws: release the sender
+      lk.lock();
+      e->st = state::rejected;
+      e->reason = detail::where(h, w.algorithm) + ": " + name(rank_) + " failed while taking " + name(peer) +
+                  "'s message: " + ex.what();
+      world_->boxes[static_cast<std::size_t>(src)].cv.notify_all();
+      throw;
+    }
     lk.lock();
     e->st = state::done;
     world_->boxes[static_cast<std::size_t>(src)].cv.notify_all();
@@ -259,7 +268,10 @@ class inproc {
       withdraw(lk, peer, e);
       throw;
     }
-    if (e.st == state::rejected) throw mismatch_error(e.reason);
+    if (e.st == state::rejected) {
+      if (e.reason.find("failed while taking") != std::string::npos) throw peer_lost(e.reason);
+      throw mismatch_error(e.reason);
+    }
   }
 
   /// Takes back an envelope we are about to abandon; waits out a receiver that is mid-copy.
@@ -279,6 +291,9 @@ class inproc {
             const char* doing, Ready ready) {
     auto& self = world_->waiting[static_cast<std::size_t>(world_rank(rank_))];
     self = h.fp;
+    self->context = context_;
+    // The peer may be waiting for us: let it see what we are blocked in.
+    world_->boxes[static_cast<std::size_t>(world_rank(peer))].cv.notify_all();
     struct clear_on_exit {
       std::optional<fingerprint>& f;
       ~clear_on_exit() { f.reset(); }
@@ -307,11 +322,15 @@ class inproc {
       throw peer_lost(detail::where(h, w.algorithm) + ": " + name(peer) +
                       " returned from its function while " + name(rank_) +
                       " still waited for it (did it skip this call?)");
+    // Sends are rendezvous, so a peer that must exchange a message with us in this call cannot
+    // be blocked in a later one: if it is, the ranks disagree.
     const auto& theirs = world_->waiting[wr];
-    if (theirs && is_sequenced(h) && theirs->context == context_ &&
-        theirs->coll != collective::send_recv && theirs->seq == h.fp.seq && *theirs != h.fp)
+    fingerprint mine = h.fp;
+    mine.context = context_;
+    if (theirs && is_sequenced(h) && theirs->context == context_ && theirs->coll != collective::send_recv &&
+        (theirs->seq > mine.seq || (theirs->seq == mine.seq && *theirs != mine)))
       throw mismatch_error(detail::where(h, w.algorithm) + ": " +
-                           detail::describe_difference(h.fp, rank_, *theirs, peer));
+                           detail::describe_difference(mine, rank_, *theirs, peer));
   }
 
   void check_mailbox(const header& h, const wait_context& w) {

@@ -328,27 +328,28 @@ class shm {
       }
   }
 
-  /// Waits until rank `r` has posted phase `g`. When it is exactly at `g`, its fingerprint must
-  /// equal `fp` (unless `fp` is null): `mismatch_error` otherwise.
-  void wait_phase(int r, std::uint64_t g, const fingerprint* fp, const wait_context& w) {
+  /// Waits until rank `r` has posted phase `g`, the call being `fp`. With `compare`, a peer at
+  /// exactly `g` must have posted `fp` too: `mismatch_error` otherwise.
+  void wait_phase(int r, std::uint64_t g, const fingerprint& fp, bool compare, const wait_context& w) {
     auto& c = seg_->ctl(world(r));
     if (c.phase.load(std::memory_order_acquire) < g) {
-      header h{fp ? *fp : fingerprint{}, 0};
+      header h{fp, 0};
+      if (!compare) h.fp.coll = collective::send_recv;  // liveness and deadline only
       wait_for(w, h, r, -1, "to reach the same step as", [&] { return c.phase.load(std::memory_order_acquire) >= g; });
     }
-    if (!fp) return;
+    if (!compare) return;
     // Seqlock read of the fingerprint of phase g; a peer already past g was checked by others.
     const std::uint64_t gen = c.fp_gen.load(std::memory_order_acquire);
     if (gen != 2 * g + 2) return;
     const fingerprint theirs = detail::shm_impl::load_fp(c.phase_fp);
     std::atomic_thread_fence(std::memory_order_acquire);
-    if (c.fp_gen.load(std::memory_order_relaxed) == gen && theirs != *fp)
-      throw mismatch_error(std::string(collective_name(fp->coll)) + "(" + std::string(w.algorithm) + "): " +
-                           detail::describe_difference(*fp, rank_, theirs, r));
+    if (c.fp_gen.load(std::memory_order_relaxed) == gen && theirs != fp)
+      throw mismatch_error(std::string(collective_name(fp.coll)) + "(" + std::string(w.algorithm) + "): " +
+                           detail::describe_difference(fp, rank_, theirs, r));
   }
-  void wait_all(std::uint64_t g, const fingerprint* fp, const wait_context& w) {
+  void wait_all(std::uint64_t g, const fingerprint& fp, bool compare, const wait_context& w) {
     for (int r = 0; r < size(); ++r)
-      if (r != rank_) wait_phase(r, g, fp, w);
+      if (r != rank_) wait_phase(r, g, fp, compare, w);
   }
 
   /// Marks this rank failed, so its peers raise `peer_lost` with `what` instead of timing out.
@@ -497,7 +498,9 @@ class shm {
   void wait_for(const wait_context& w, const header& h, int peer, int peer2, const char* doing, Ready ready) {
     using clock = std::chrono::steady_clock;
     const bool over = seg_->oversubscribed;
-    for (int i = 0, spins = over ? 64 : 20000; i < spins; ++i) {
+    // About 20 us of spinning (a pause is ~40 ns) when every rank has a core of its own; a
+    // moment when ranks outnumber cores, where spinning would starve the rank we wait for.
+    for (int i = 0, spins = over ? 16 : 512; i < spins; ++i) {
       if (ready()) return;
       detail::cpu_relax();
     }
@@ -516,8 +519,10 @@ class shm {
         std::this_thread::yield();
         continue;
       }
-      check_peer(peer, h, w);
-      if (peer2 >= 0) check_peer(peer2, h, w);
+      // A peer seen in a later call may have finished ours just now: believe the mismatch only
+      // if what we wait for is still missing after we looked.
+      check_peer(peer, h, w, ready);
+      if (peer2 >= 0) check_peer(peer2, h, w, ready);
       if (now > deadline)
         throw timeout_error(detail::where(h, w.algorithm) + ": rank " + std::to_string(rank_) + " timed out after " +
                             std::to_string(static_cast<double>(w.timeout.count()) / 1000.0) + " s waiting " + doing +
@@ -542,7 +547,8 @@ class shm {
     me.wait_gen.store(g + 2, std::memory_order_release);
   }
 
-  void check_peer(int peer, const header& h, const wait_context& w) const {
+  template <class Ready>
+  void check_peer(int peer, const header& h, const wait_context& w, Ready& ready) const {
     const int wr = world(peer);
     if (std::string why = seg_->gone(wr); !why.empty())
       throw peer_lost(detail::where(h, w.algorithm) + ": rank " + std::to_string(peer) + " " + why + " while rank " +
@@ -556,7 +562,10 @@ class shm {
     if (c.wait_gen.load(std::memory_order_relaxed) != g1) return;
     fingerprint mine = h.fp;
     mine.context = context_;
-    if (theirs.coll != collective::send_recv && theirs.context == context_ && theirs.seq == mine.seq && theirs != mine)
+    // A peer blocked in a later call has finished the one we wait for it in without the message
+    // or room we need (a finished exchange would have unblocked us): the ranks disagree.
+    if (theirs.coll != collective::send_recv && theirs.context == context_ &&
+        (theirs.seq > mine.seq || (theirs.seq == mine.seq && theirs != mine)) && !ready())
       throw mismatch_error(detail::where(h, w.algorithm) + ": " + detail::describe_difference(mine, rank_, theirs, peer));
   }
 

@@ -1,0 +1,887 @@
+// Failure behaviour over inproc threads: mismatch_error for ranks that disagree, timeout_error for
+// silent peers, peer_lost for peers that failed or left, usage_error before any traffic, and the
+// communicator refusing further calls (errc::aborted) after a failure that is not a usage error.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <latch>
+#include <ostream>  // doctest stringifies std::error_code with it
+#include <stdexcept>
+#include <thread>
+#include <string>
+#include <set>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "../support/outcomes.hpp"
+#include "../support/ranks.hpp"
+
+TEST_SUITE_BEGIN("multirank");
+
+using namespace tutti;
+using namespace std::chrono_literals;
+using tutti::test::classify;
+using tutti::test::contains;
+using tutti::test::kind;
+using tutti::test::kind_name;
+using tutti::test::ranks_named;
+using tutti::test::rethrow_if;
+
+namespace {
+
+template <class A, collective C>
+constexpr bool has = std::is_same_v<A, algo::automatic> || algorithm_for<A, C>;
+
+template <class A>
+bool has_rt(collective c) {
+  switch (c) {
+    case collective::broadcast: return has<A, collective::broadcast>;
+    case collective::reduce: return has<A, collective::reduce>;
+    case collective::all_reduce: return has<A, collective::all_reduce>;
+    case collective::gather: return has<A, collective::gather>;
+    case collective::all_gather: return has<A, collective::all_gather>;
+    case collective::scatter: return has<A, collective::scatter>;
+    case collective::all_to_all: return has<A, collective::all_to_all>;
+    case collective::reduce_scatter: return has<A, collective::reduce_scatter>;
+    case collective::barrier: return has<A, collective::barrier>;
+    default: return false;
+  }
+}
+
+constexpr collective with_payload[] = {collective::broadcast,  collective::reduce,  collective::all_reduce,
+                                       collective::gather,     collective::all_gather, collective::scatter,
+                                       collective::all_to_all, collective::reduce_scatter};
+constexpr collective rooted[] = {collective::broadcast, collective::reduce, collective::gather, collective::scatter};
+constexpr collective reducing[] = {collective::reduce, collective::all_reduce, collective::reduce_scatter};
+
+/// Calls collective `c` with well-formed buffers for this rank's own arguments: `count` is the
+/// whole buffer (broadcast, reduce, all_reduce) or the per-rank block (everything else).
+template <class T, class A, class Op = op::sum, class Comm>
+void call(Comm& comm, collective c, std::size_t count, int root, const A& a = {}, const Op& op = {}) {
+  const auto p = static_cast<std::size_t>(comm.size());
+  const bool at_root = comm.rank() == root;
+  switch (c) {
+    case collective::broadcast:
+      if constexpr (has<A, collective::broadcast>) {
+        std::vector<T> b(count);
+        comm.broadcast(view(b), root, a);
+      }
+      return;
+    case collective::reduce:
+      if constexpr (has<A, collective::reduce>) {
+        std::vector<T> b(count);
+        comm.reduce(view(b), root, op, a);
+      }
+      return;
+    case collective::all_reduce:
+      if constexpr (has<A, collective::all_reduce>) {
+        std::vector<T> b(count);
+        comm.all_reduce(view(b), op, a);
+      }
+      return;
+    case collective::gather:
+      if constexpr (has<A, collective::gather>) {
+        std::vector<T> in(count), out(at_root ? count * p : 0);
+        comm.gather(view(in), view(out), root, a);
+      }
+      return;
+    case collective::all_gather:
+      if constexpr (has<A, collective::all_gather>) {
+        std::vector<T> in(count), out(count * p);
+        comm.all_gather(view(in), view(out), a);
+      }
+      return;
+    case collective::scatter:
+      if constexpr (has<A, collective::scatter>) {
+        std::vector<T> in(at_root ? count * p : 0), out(count);
+        comm.scatter(view(in), view(out), root, a);
+      }
+      return;
+    case collective::all_to_all:
+      if constexpr (has<A, collective::all_to_all>) {
+        std::vector<T> in(count * p), out(count * p);
+        comm.all_to_all(view(in), view(out), a);
+      }
+      return;
+    case collective::reduce_scatter:
+      if constexpr (has<A, collective::reduce_scatter>) {
+        std::vector<T> in(count * p), out(count);
+        comm.reduce_scatter(view(in), view(out), op, a);
+      }
+      return;
+    case collective::barrier:
+      if constexpr (has<A, collective::barrier>) comm.barrier(a);
+      return;
+    default: break;
+  }
+  throw std::logic_error("test bug: no such collective");
+}
+
+/// The count a fingerprint carries for `call(comm, c, count, ...)` on p ranks.
+std::size_t fp_count(collective c, std::size_t count, int p) {
+  return c == collective::all_to_all ? count * static_cast<std::size_t>(p) : count;
+}
+
+/// What one rank raised, and what its next calls on the same communicator raised.
+struct outcome {
+  kind k = kind::none;
+  std::string what;
+  int phase = 0;  ///< 1: the call under test; 2: the barrier after it
+  kind next_collective = kind::none;
+  std::string next_collective_what;
+  kind next_send = kind::none;
+};
+
+/// Runs `call(comm)` on n ranks with a 20 s timeout, then a barrier (so that a rank whose part of
+/// a broken call happened to complete fails too, rather than returning), and records per rank
+/// what was raised. After a failure other than usage_error, each rank also tries a barrier and
+/// a send, which must fail at once with errc::aborted.
+template <class Call>
+std::vector<outcome> run_recorded(int n, Call& call, std::exception_ptr& first, const std::string& what) {
+  std::vector<outcome> out(static_cast<std::size_t>(n));
+  auto body = [&](auto& comm) {
+    comm.set_timeout(20s);
+    auto& me = out[static_cast<std::size_t>(comm.rank())];
+    int phase = 1;
+    try {
+      call(comm);
+      phase = 2;
+      comm.barrier();
+    } catch (...) {
+      me.k = classify(std::current_exception(), me.what);
+      me.phase = phase;
+      if (me.k != kind::usage && comm.size() > 1) {
+        try {
+          comm.barrier();
+        } catch (...) {
+          me.next_collective = classify(std::current_exception(), me.next_collective_what);
+        }
+        try {
+          std::vector<int> x(1);
+          comm.send(view(x), (comm.rank() + 1) % comm.size());
+        } catch (...) {
+          std::string ignored;
+          me.next_send = classify(std::current_exception(), ignored);
+        }
+      }
+      throw;
+    }
+  };
+  first = tutti::test::run_watched(n, body, what);
+  return out;
+}
+
+/// How precisely the messages must name the disagreement.
+enum class precision {
+  /// Every mismatch_error raised by the call names both values (the needles). Holds when the
+  /// disagreeing ranks follow the same communication pattern (count, dtype, op), so the first
+  /// message between them shows the difference.
+  both_values,
+  /// A rank whose schedule did not need the odd rank may finish the call and be caught in its
+  /// next one (a different root, collective or algorithm changes who talks to whom); the message
+  /// then names the collectives the two ranks are in ("different collectives, or a different
+  /// order of calls") rather than both values of the call.
+  values_or_order,
+};
+
+/// A run where `odd` disagrees with the others: the run throws mismatch_error; every rank raises
+/// mismatch_error or peer_lost; the call itself raises at least one mismatch_error; every
+/// mismatch_error the call raises names `odd` and another rank, and both values (see precision).
+template <class Call>
+void expect_mismatch(int n, Call call, int odd, const std::vector<std::string>& needles, const std::string& label,
+                     precision how = precision::both_values) {
+  INFO(label);
+  std::exception_ptr first;
+  const auto out = run_recorded(n, call, first, label);
+  CHECK_THROWS_AS(rethrow_if(first), mismatch_error);
+  int from_call = 0;
+  for (int r = 0; r < n; ++r) {
+    const auto& o = out[static_cast<std::size_t>(r)];
+    CHECK_MESSAGE((o.k == kind::mismatch || o.k == kind::peer_lost),
+                  "rank " << r << " raised " << kind_name(o.k) << " in phase " << o.phase << ": " << o.what);
+    CHECK_MESSAGE(o.next_collective == kind::aborted, "after failing, rank " << r << "'s next collective raised "
+                                                                         << kind_name(o.next_collective) << ": "
+                                                                         << o.next_collective_what);
+    CHECK_MESSAGE(o.next_send == kind::aborted,
+                  "after failing, rank " << r << "'s next send raised " << kind_name(o.next_send));
+    if (o.k == kind::aborted || o.k == kind::none) continue;
+    CHECK_MESSAGE(contains(o.next_collective_what, o.what),
+                  "the aborted error repeats the original one: " << o.next_collective_what);
+    if (o.k != kind::mismatch || o.phase != 1) continue;
+    ++from_call;
+    const auto named = ranks_named(o.what);
+    CHECK_MESSAGE(named.count(odd) == 1, "rank " << r << "'s mismatch message does not name rank " << odd << ": " << o.what);
+    CHECK_MESSAGE(named.size() >= 2, "rank " << r << "'s mismatch message does not name two ranks: " << o.what);
+    if (how == precision::values_or_order && contains(o.what, "different collectives, or a different order of calls"))
+      continue;
+    for (const auto& needle : needles)
+      CHECK_MESSAGE(contains(o.what, needle), "rank " << r << "'s mismatch message lacks '" << needle << "': " << o.what);
+  }
+  CHECK_MESSAGE(from_call >= 1, "no rank raised mismatch_error from the call itself");
+}
+
+template <class A>
+std::string label_of(const char* what, collective c, int p, int odd) {
+  return std::string(what) + ": " + std::string(collective_name(c)) + " with " + std::string(A::name) + " on " +
+         std::to_string(p) + " ranks, odd rank " + std::to_string(odd);
+}
+
+/// The odd rank's count, the others' count.
+constexpr std::pair<std::size_t, std::size_t> count_pairs[] = {{10, 12}, {0, 3}};
+
+template <class A>
+void count_mismatches() {
+  const A a{};
+  for (collective c : with_payload) {
+    if (!has_rt<A>(c)) continue;
+    for (int p : {2, 3, 5})
+      for (int odd : {0, p - 1})
+        for (auto [mine, theirs] : count_pairs) {
+          auto call_it = [&, mine = mine, theirs = theirs](auto& comm) {
+            call<float>(comm, c, comm.rank() == odd ? mine : theirs, 0, a);
+          };
+          expect_mismatch(p, call_it, odd,
+                          {"count=" + std::to_string(fp_count(c, mine, p)), "count=" + std::to_string(fp_count(c, theirs, p))},
+                          label_of<A>("count", c, p, odd) + " counts " + std::to_string(mine) + "/" + std::to_string(theirs));
+        }
+  }
+}
+
+template <class A>
+void dtype_mismatches() {
+  const A a{};
+  for (collective c : with_payload) {
+    if (!has_rt<A>(c)) continue;
+    for (int p : {2, 3, 5})
+      for (int odd : {0, p - 1}) {
+        auto call_it = [&](auto& comm) {
+          if (comm.rank() == odd) call<float>(comm, c, 6, 0, a);
+          else call<std::int32_t>(comm, c, 6, 0, a);
+        };
+        expect_mismatch(p, call_it, odd, {"dtype=float", "dtype=int32"}, label_of<A>("dtype", c, p, odd));
+      }
+  }
+}
+
+template <class A>
+void op_mismatches() {
+  const A a{};
+  for (collective c : reducing) {
+    if (!has_rt<A>(c)) continue;
+    for (int p : {2, 3, 5})
+      for (int odd : {0, p - 1}) {
+        auto call_it = [&](auto& comm) {
+          if (comm.rank() == odd) call<float>(comm, c, 6, 0, a, op::max{});
+          else call<float>(comm, c, 6, 0, a, op::sum{});
+        };
+        expect_mismatch(p, call_it, odd, {"op=max", "op=sum"}, label_of<A>("op", c, p, odd));
+      }
+  }
+}
+
+template <class A>
+void root_mismatches() {
+  const A a{};
+  for (collective c : rooted) {
+    if (!has_rt<A>(c)) continue;
+    for (int p : {2, 3, 5})
+      for (int odd : {0, p - 1}) {
+        // The odd rank names root 0, everybody else root 1.
+        auto call_it = [&](auto& comm) { call<float>(comm, c, 6, comm.rank() == odd ? 0 : 1, a); };
+        expect_mismatch(p, call_it, odd, {"root=0", "root=1"}, label_of<A>("root", c, p, odd), precision::values_or_order);
+      }
+  }
+}
+
+}  // namespace
+
+// ---- mismatch_error ----------------------------------------------------------------------------
+
+TEST_CASE_TEMPLATE("mismatch_error: ranks pass different counts", A, algo::ring, algo::tree,
+                   algo::recursive_doubling, algo::direct, algo::automatic) {
+  count_mismatches<A>();
+}
+
+TEST_CASE_TEMPLATE("mismatch_error: ranks pass different element types", A, algo::ring, algo::tree,
+                   algo::recursive_doubling, algo::direct, algo::automatic) {
+  dtype_mismatches<A>();
+}
+
+TEST_CASE_TEMPLATE("mismatch_error: ranks pass different ops", A, algo::ring, algo::tree,
+                   algo::recursive_doubling, algo::direct, algo::automatic) {
+  op_mismatches<A>();
+}
+
+TEST_CASE_TEMPLATE("mismatch_error: ranks pass different roots", A, algo::ring, algo::tree, algo::direct,
+                   algo::automatic) {
+  root_mismatches<A>();
+}
+
+TEST_CASE("mismatch_error: ranks call different collectives") {
+  for (int p : {2, 3, 4, 5})
+    for (int odd : {0, p - 1}) {
+      auto bcast_vs_reduce = [&](auto& comm) {
+        if (comm.rank() == odd) call<float>(comm, collective::broadcast, 5, 0, algo::automatic{});
+        else call<float>(comm, collective::reduce, 5, 0, algo::automatic{});
+      };
+      expect_mismatch(p, bcast_vs_reduce, odd, {"broadcast", "reduce #"},
+                      "broadcast vs reduce on " + std::to_string(p) + " ranks, odd " + std::to_string(odd),
+                      precision::values_or_order);
+      auto all_reduce_vs_barrier = [&](auto& comm) {
+        if (comm.rank() == odd) call<float>(comm, collective::all_reduce, 5, 0, algo::automatic{});
+        else comm.barrier();
+      };
+      expect_mismatch(p, all_reduce_vs_barrier, odd, {"all_reduce", "barrier"},
+                      "all_reduce vs barrier on " + std::to_string(p) + " ranks, odd " + std::to_string(odd),
+                      precision::values_or_order);
+      auto gather_vs_scatter = [&](auto& comm) {
+        if (comm.rank() == odd) call<float>(comm, collective::gather, 3, 0, algo::direct{});
+        else call<float>(comm, collective::scatter, 3, 0, algo::direct{});
+      };
+      expect_mismatch(p, gather_vs_scatter, odd, {"gather", "scatter"},
+                      "gather vs scatter on " + std::to_string(p) + " ranks, odd " + std::to_string(odd),
+                      precision::values_or_order);
+    }
+}
+
+TEST_CASE("mismatch_error: a rank that skips a collective is caught at the next one") {
+  // The odd rank skips the broadcast and goes straight to the all_reduce: the others' broadcast
+  // meets its all_reduce (different collectives, or a different order of calls).
+  for (int p : {2, 3, 4})
+    for (int odd : {0, p - 1}) {
+      auto skip = [&](auto& comm) {
+        std::vector<float> v(4, 1.0f);
+        if (comm.rank() != odd) comm.broadcast(view(v), 0);
+        comm.all_reduce(view(v));
+      };
+      expect_mismatch(p, skip, odd, {"broadcast", "all_reduce"},
+                      "skipped broadcast on " + std::to_string(p) + " ranks, odd " + std::to_string(odd),
+                      precision::values_or_order);
+    }
+}
+
+TEST_CASE("mismatch_error: ranks that pick different algorithms for one call") {
+  // What a TUTTI_ALGO differing between processes amounts to: the fingerprint carries the
+  // algorithm id, so ring on one rank and tree on the others is a mismatch, not a hang.
+  const std::string ring_id = "algorithm id=" + std::to_string(algorithm_id<algo::ring>());
+  const std::string tree_id = "algorithm id=" + std::to_string(algorithm_id<algo::tree>());
+  for (int p : {2, 3, 4, 5})
+    for (int odd : {0, p - 1}) {
+      auto ring_vs_tree = [&](auto& comm) {
+        std::vector<float> v(6, 1.0f);
+        if (comm.rank() == odd) comm.all_reduce(view(v), op::sum{}, algo::ring{});
+        else comm.all_reduce(view(v), op::sum{}, algo::tree{});
+      };
+      expect_mismatch(p, ring_vs_tree, odd, {ring_id, tree_id},
+                      "ring vs tree all_reduce on " + std::to_string(p) + " ranks, odd " + std::to_string(odd),
+                      precision::values_or_order);
+      auto direct_vs_rd = [&](auto& comm) {
+        std::vector<float> in(3), out(3 * static_cast<std::size_t>(comm.size()));
+        if (comm.rank() == odd) comm.all_gather(view(in), view(out), algo::direct{});
+        else comm.all_gather(view(in), view(out), algo::recursive_doubling{});
+      };
+      expect_mismatch(p, direct_vs_rd, odd,
+                      {"algorithm id=" + std::to_string(algorithm_id<algo::direct>()),
+                       "algorithm id=" + std::to_string(algorithm_id<algo::recursive_doubling>())},
+                      "direct vs recursive_doubling all_gather on " + std::to_string(p) + " ranks, odd " +
+                          std::to_string(odd),
+                      precision::values_or_order);
+    }
+}
+
+TEST_CASE("mismatch_error: disagreeing ranks that wait on different peers are all released") {
+  // Ranks 0 and 1 broadcast (tree) from root 1, rank 2 from root 0. Rank 0 starts late, so that
+  // rank 2 is already waiting for rank 0 and rank 1 for rank 0 to take delivery. Then: rank 0
+  // takes rank 1's message (they agree), finishes the broadcast and waits in the barrier after
+  // it for rank 2; rank 1 goes on to send to rank 2, sees rank 2 waiting with root 0, raises
+  // mismatch_error and withdraws its message. Now rank 2 waits for rank 0 (in broadcast #0) and
+  // rank 0 for rank 2 (in barrier #1): both are alive, neither waits for the failed rank 1, and
+  // neither compares fingerprints of different sequence numbers. They must still learn that
+  // the call failed (mismatch_error or peer_lost naming rank 1), not sit out their timeouts.
+  // (The sleep only orders the events; nothing here measures time.)
+  auto late_root_mismatch = [](auto& comm) {
+    if (comm.rank() == 0) std::this_thread::sleep_for(200ms);
+    call<float>(comm, collective::broadcast, 6, comm.rank() == 2 ? 0 : 1, algo::tree{});
+  };
+  expect_mismatch(3, late_root_mismatch, 2, {"root=0", "root=1"}, "tree broadcast, rank 2 with root 0, rank 0 late",
+                  precision::values_or_order);
+}
+
+TEST_CASE("mismatch_error: p2p recv with the wrong element type or count") {
+  for (int variant = 0; variant < 2; ++variant) {
+    std::vector<outcome> out(2);
+    auto body = [&](auto& comm) {
+      comm.set_timeout(20s);
+      auto& me = out[static_cast<std::size_t>(comm.rank())];
+      try {
+        if (comm.rank() == 0) {
+          std::vector<float> v(4, 1.0f);
+          comm.send(view(v), 1, 3);
+        } else if (variant == 0) {
+          std::vector<std::int32_t> v(4);
+          comm.recv(view(v), 0, 3);
+        } else {
+          std::vector<float> v(5);
+          comm.recv(view(v), 0, 3);
+        }
+      } catch (...) {
+        me.k = classify(std::current_exception(), me.what);
+        throw;
+      }
+    };
+    const auto err = tutti::test::run_watched(2, body, "p2p mismatch");
+    CHECK_THROWS_AS(rethrow_if(err), mismatch_error);
+    const std::vector<std::string> needles =
+        variant == 0 ? std::vector<std::string>{"dtype=float", "dtype=int32"} : std::vector<std::string>{"count=4", "count=5"};
+    for (int r = 0; r < 2; ++r) {
+      const auto& o = out[static_cast<std::size_t>(r)];
+      CAPTURE(variant);
+      CAPTURE(r);
+      CHECK_MESSAGE(o.k == kind::mismatch, "raised " << kind_name(o.k) << ": " << o.what);
+      for (const auto& n : needles) CHECK_MESSAGE(contains(o.what, n), o.what);
+      CHECK_MESSAGE((ranks_named(o.what) == std::set<int>{0, 1}), o.what);
+    }
+  }
+}
+
+// ---- timeout_error ------------------------------------------------------------------------------
+
+TEST_CASE("timeout_error: a p2p wait on a silent peer names the peer and the call") {
+  for (int sending = 0; sending < 2; ++sending) {
+    std::latch gave_up(1);
+    outcome r0, r1;
+    auto body = [&](auto& comm) {
+      if (comm.rank() == 0) {
+        struct release {
+          std::latch& l;
+          ~release() { l.count_down(); }
+        } rel{gave_up};
+        comm.set_timeout(100ms);
+        std::vector<int> v(4);
+        try {
+          if (sending) comm.send(view(v), 1, 7);
+          else comm.recv(view(v), 1, 7);
+        } catch (...) {
+          r0.k = classify(std::current_exception(), r0.what);
+          try {
+            comm.recv(view(v), 1, 7);
+          } catch (...) {
+            r0.next_collective = classify(std::current_exception(), r0.next_collective_what);
+          }
+          throw;
+        }
+      } else {
+        gave_up.wait();  // alive but silent until rank 0 has given up
+        std::vector<int> v(4);
+        try {
+          if (sending) comm.recv(view(v), 0, 7);
+          else comm.send(view(v), 0, 7);
+        } catch (...) {
+          r1.k = classify(std::current_exception(), r1.what);
+          throw;
+        }
+      }
+    };
+    const auto err = tutti::test::run_watched(2, body, "p2p timeout");
+    CAPTURE(sending);
+    CHECK_THROWS_AS(rethrow_if(err), timeout_error);
+    CHECK_MESSAGE(r0.k == kind::timeout, kind_name(r0.k) << ": " << r0.what);
+    CHECK_MESSAGE(contains(r0.what, "rank 1"), r0.what);
+    CHECK_MESSAGE(contains(r0.what, "timed out"), r0.what);
+    CHECK_MESSAGE(contains(r0.what, "send/recv"), r0.what);
+    CHECK_MESSAGE(contains(r0.what, sending ? "take delivery" : "receive"), r0.what);
+    CHECK_MESSAGE(contains(r0.what, "tag=7"), r0.what);
+    CHECK_MESSAGE(r0.next_collective == kind::aborted, "after a timeout: " << kind_name(r0.next_collective));
+    CHECK_MESSAGE(contains(r0.next_collective_what, "timed out"), r0.next_collective_what);
+    CHECK_MESSAGE(r1.k == kind::peer_lost, kind_name(r1.k) << ": " << r1.what);
+    CHECK_MESSAGE(contains(r1.what, "rank 0"), r1.what);
+  }
+}
+
+namespace {
+template <class A>
+void timeout_in(collective c) {
+  const A a{};
+  std::latch gave_up(1);
+  outcome r0, r1;
+  auto body = [&](auto& comm) {
+    comm.set_timeout(100ms);
+    if (comm.rank() == 0) {
+      struct release {
+        std::latch& l;
+        ~release() { l.count_down(); }
+      } rel{gave_up};
+      try {
+        call<float>(comm, c, 8, 0, a);
+      } catch (...) {
+        r0.k = classify(std::current_exception(), r0.what);
+        try {
+          comm.barrier();
+        } catch (...) {
+          r0.next_collective = classify(std::current_exception(), r0.next_collective_what);
+        }
+        throw;
+      }
+    } else {
+      gave_up.wait();  // alive but silent until rank 0 has given up, so it is a timeout
+      try {
+        call<float>(comm, c, 8, 0, a);
+      } catch (...) {
+        r1.k = classify(std::current_exception(), r1.what);
+        throw;
+      }
+    }
+  };
+  const std::string where = std::string(collective_name(c)) + "(" + std::string(A::name) + ")";
+  INFO(where);
+  const auto err = tutti::test::run_watched(2, body, "timeout in " + where);
+  CHECK_THROWS_AS(rethrow_if(err), timeout_error);
+  CHECK_MESSAGE(r0.k == kind::timeout, kind_name(r0.k) << ": " << r0.what);
+  CHECK_MESSAGE(contains(r0.what, where), r0.what);
+  CHECK_MESSAGE(contains(r0.what, "timed out"), r0.what);
+  CHECK_MESSAGE(contains(r0.what, "rank 1"), r0.what);
+  CHECK_MESSAGE(r0.next_collective == kind::aborted, "after a timeout: " << kind_name(r0.next_collective));
+  CHECK_MESSAGE(r1.k == kind::peer_lost, kind_name(r1.k) << ": " << r1.what);
+  CHECK_MESSAGE(contains(r1.what, "rank 0"), r1.what);
+}
+}  // namespace
+
+TEST_CASE("timeout_error: every collective names its algorithm when a peer stays silent") {
+  timeout_in<algo::tree>(collective::broadcast);
+  timeout_in<algo::ring>(collective::reduce);
+  timeout_in<algo::recursive_doubling>(collective::all_reduce);
+  timeout_in<algo::direct>(collective::gather);
+  timeout_in<algo::ring>(collective::all_gather);
+  timeout_in<algo::tree>(collective::scatter);
+  timeout_in<algo::direct>(collective::all_to_all);
+  timeout_in<algo::ring>(collective::reduce_scatter);
+  timeout_in<algo::recursive_doubling>(collective::barrier);
+}
+
+// ---- peer_lost -------------------------------------------------------------------------------
+
+TEST_CASE("peer_lost: a rank that throws its own exception is named by the ranks waiting for it") {
+  for (int p : {2, 3, 5})
+    for (int thrower : {0, p - 1}) {
+      std::vector<outcome> out(static_cast<std::size_t>(p));
+      auto body = [&](auto& comm) {
+        comm.set_timeout(20s);
+        std::vector<float> v(16, 1.0f);
+        comm.all_reduce(view(v));  // everybody gets through one call
+        if (comm.rank() == thrower) throw std::runtime_error("boom from the user's code");
+        try {
+          comm.all_reduce(view(v));
+          comm.barrier();
+        } catch (...) {
+          auto& me = out[static_cast<std::size_t>(comm.rank())];
+          me.k = classify(std::current_exception(), me.what);
+          throw;
+        }
+      };
+      CAPTURE(p);
+      CAPTURE(thrower);
+      const auto err = tutti::test::run_watched(p, body, "peer_lost after a user exception");
+      CHECK_THROWS_AS(rethrow_if(err), std::runtime_error);
+      for (int r = 0; r < p; ++r) {
+        if (r == thrower) continue;
+        const auto& o = out[static_cast<std::size_t>(r)];
+        CAPTURE(r);
+        CHECK_MESSAGE(o.k == kind::peer_lost, kind_name(o.k) << ": " << o.what);
+        CHECK_MESSAGE(contains(o.what, "boom from the user's code"), o.what);
+        CHECK_MESSAGE(contains(o.what, "rank " + std::to_string(thrower) + " failed"), o.what);
+      }
+    }
+}
+
+TEST_CASE("peer_lost: a rank that returns early is named by the ranks waiting for it") {
+  for (int p : {2, 3, 5})
+    for (int leaver : {0, p - 1}) {
+      std::vector<outcome> out(static_cast<std::size_t>(p));
+      auto body = [&](auto& comm) {
+        comm.set_timeout(20s);
+        if (comm.rank() == leaver) return;  // skips the call
+        std::vector<float> v(16, 1.0f);
+        try {
+          comm.all_reduce(view(v));
+        } catch (...) {
+          auto& me = out[static_cast<std::size_t>(comm.rank())];
+          me.k = classify(std::current_exception(), me.what);
+          throw;
+        }
+      };
+      CAPTURE(p);
+      CAPTURE(leaver);
+      const auto err = tutti::test::run_watched(p, body, "peer_lost after an early return");
+      CHECK_THROWS_AS(rethrow_if(err), peer_lost);
+      for (int r = 0; r < p; ++r) {
+        if (r == leaver) continue;
+        const auto& o = out[static_cast<std::size_t>(r)];
+        CAPTURE(r);
+        CHECK_MESSAGE(o.k == kind::peer_lost, kind_name(o.k) << ": " << o.what);
+        CHECK_MESSAGE(contains(o.what, "rank " + std::to_string(leaver) + " returned"), o.what);
+      }
+    }
+}
+
+TEST_CASE("peer_lost: a p2p peer that fails before sending") {
+  outcome r0;
+  auto body = [&](auto& comm) {
+    comm.set_timeout(20s);
+    if (comm.rank() == 1) throw std::runtime_error("rank 1 gave up");
+    std::vector<int> v(2);
+    try {
+      comm.recv(view(v), 1);
+    } catch (...) {
+      r0.k = classify(std::current_exception(), r0.what);
+      throw;
+    }
+  };
+  const auto err = tutti::test::run_watched(2, body, "p2p peer_lost");
+  CHECK_THROWS_AS(rethrow_if(err), std::runtime_error);
+  CHECK_MESSAGE(r0.k == kind::peer_lost, kind_name(r0.k) << ": " << r0.what);
+  CHECK_MESSAGE(contains(r0.what, "rank 1 failed"), r0.what);
+  CHECK_MESSAGE(contains(r0.what, "rank 1 gave up"), r0.what);
+}
+
+namespace {
+/// A user op that throws on one rank: an exception from user code in the middle of a reduction.
+struct throwing_max {
+  int throw_on = -1;
+  int me = -2;
+  float operator()(float a, float b) const {
+    if (me == throw_on) throw std::runtime_error("user op failed");
+    return a < b ? b : a;
+  }
+};
+}  // namespace
+
+TEST_CASE("peer_lost: a user op that throws in the middle of a reduction") {
+  // Rank 0 (the root) reduces what the others send; its op throws while it holds a sender's
+  // message. The senders must see rank 0 as lost, not wait forever for it to finish reading.
+  for (int p : {2, 3}) {
+    std::vector<outcome> out(static_cast<std::size_t>(p));
+    auto body = [&](auto& comm) {
+      comm.set_timeout(5s);
+      std::vector<float> v(8, float(comm.rank()));
+      try {
+        comm.reduce(view(v), 0, throwing_max{0, comm.rank()}, algo::direct{});
+      } catch (...) {
+        auto& me = out[static_cast<std::size_t>(comm.rank())];
+        me.k = classify(std::current_exception(), me.what);
+        throw;
+      }
+    };
+    CAPTURE(p);
+    const auto err = tutti::test::run_watched(p, body, "a user op throwing inside reduce (direct)",
+                                              std::chrono::seconds(8));
+    CHECK_THROWS_AS(rethrow_if(err), std::runtime_error);
+    CHECK_MESSAGE(out[0].k == kind::other, kind_name(out[0].k) << ": " << out[0].what);
+    for (int r = 1; r < p; ++r) {
+      const auto& o = out[static_cast<std::size_t>(r)];
+      CAPTURE(r);
+      CHECK_MESSAGE(o.k == kind::peer_lost, kind_name(o.k) << ": " << o.what);
+      CHECK_MESSAGE(contains(o.what, "user op failed"), o.what);
+    }
+  }
+}
+
+// ---- usage_error ---------------------------------------------------------------------------
+
+TEST_CASE("usage_error: arguments that can never work raised on every rank before any traffic") {
+  for (int p : {1, 2, 3}) {
+    CAPTURE(p);
+    tutti::test::run_ranks(p, [](auto& comm) {
+      comm.set_timeout(20s);
+      const int n = comm.size(), me = comm.rank();
+      const auto N = static_cast<std::size_t>(n);
+      auto raises = [&](auto&& f, std::initializer_list<std::string> needles) {
+        try {
+          f();
+          FAIL_CHECK("no usage_error on rank " << me << " (expected one mentioning '" << *needles.begin() << "')");
+        } catch (const usage_error& e) {
+          const std::string what = e.what();
+          for (const auto& nd : needles) CHECK_MESSAGE(contains(what, nd), what);
+        }
+      };
+      std::vector<float> buf(6, 1.0f), small(2), big(6 * N + 1), out(6 * N), other(6 * N);
+      const std::string outside = "outside 0.." + std::to_string(n - 1);
+      // Roots out of range.
+      raises([&] { comm.broadcast(view(buf), -1); }, {"broadcast", "root -1", outside});
+      raises([&] { comm.broadcast(view(buf), n); }, {"broadcast", "root " + std::to_string(n)});
+      raises([&] { comm.reduce(view(buf), n); }, {"reduce", "root"});
+      raises([&] { comm.gather(view(buf), view(out), -1); }, {"gather", "root -1"});
+      raises([&] { comm.scatter(view(out), view(buf), n); }, {"scatter", "root"});
+      // Sizes.
+      raises([&] { comm.all_gather(view(buf), view(small)); }, {"all_gather", "out"});
+      raises([&] { comm.all_gather(view(buf), view(big)); }, {"all_gather", "out"});
+      raises([&] { comm.gather(view(buf), view(small), me); }, {"gather", "out"});   // every rank is "root" of its own call
+      raises([&] { comm.scatter(view(small), view(buf), me); }, {"scatter", "in"});
+      raises([&] { comm.reduce_scatter(view(big), view(buf)); }, {"reduce_scatter", "in"});
+      raises([&] { comm.all_to_all(view(out), view(big)); }, {"all_to_all"});
+      if (n > 1) {
+        std::vector<float> odd_in(N + 1), odd_out(N + 1);
+        raises([&] { comm.all_to_all(view(odd_in), view(odd_out)); }, {"all_to_all", "multiple"});
+      }
+      raises([&] { comm.all_reduce(view(buf), view(small)); }, {"all_reduce"});
+      // Overlaps.
+      raises([&] { comm.all_to_all(view(out), view(out)); }, {"all_to_all", "overlap"});
+      std::vector<float> rs(N + 1);
+      raises([&] { comm.reduce_scatter(view(rs).subview(0, N), view(rs).subview(N - 1, 1)); }, {"reduce_scatter", "overlap"});
+      raises([&] { comm.all_reduce(view(buf).subview(0, 4), view(buf).subview(2, 4)); }, {"all_reduce", "overlap"});
+      raises([&] { comm.all_gather(view(out).subview(1, 6), view(out)); }, {"all_gather", "overlap"});
+      // Point to point.
+      raises([&] { comm.send(view(buf), me); }, {"send", "itself"});
+      raises([&] { comm.recv(view(buf), me); }, {"recv", "itself"});
+      raises([&] { comm.send(view(buf), n); }, {"send", "peer " + std::to_string(n)});
+      raises([&] { comm.recv(view(buf), -1); }, {"recv", "peer -1"});
+      if (n > 1) {
+        raises([&] { comm.send(view(buf), (me + 1) % n, -3); }, {"tag -3"});
+        raises([&] { comm.recv(view(buf), (me + 1) % n, -1); }, {"tag -1"});
+      }
+      // Timeouts.
+      raises([&] { comm.set_timeout(0ms); }, {"set_timeout"});
+      raises([&] { comm.set_timeout(-1s); }, {"set_timeout"});
+      CHECK(comm.timeout() == std::chrono::seconds(20));  // unchanged by the refused calls
+      comm.set_timeout(std::chrono::microseconds(1));     // rounds up to 1 ms, still positive
+      CHECK(comm.timeout() == std::chrono::milliseconds(1));
+      comm.set_timeout(20s);
+
+      // The communicator is still usable: everybody made the same mistakes, nobody moved a byte.
+      std::vector<int> v(5, me + 1);
+      comm.broadcast(view(v), n - 1);
+      CHECK(v == std::vector<int>(5, n));
+      std::vector<int> s(3, me + 1);
+      comm.all_reduce(view(s));
+      CHECK(s == std::vector<int>(3, n * (n + 1) / 2));
+      if (n > 1) {
+        std::vector<int> token{me};
+        if (me == 0) {
+          comm.send(view(token), 1, 0);
+        } else {
+          comm.recv(view(token), me - 1, 0);
+          CHECK(token[0] == me - 1);
+          token[0] = me;
+          if (me + 1 < n) comm.send(view(token), me + 1, 0);
+        }
+      }
+      // In-place gather / all_gather (in = this rank's own block of out) are not overlaps.
+      std::vector<int> g(3 * N, -1);
+      for (int i = 0; i < 3; ++i) g[static_cast<std::size_t>(me * 3 + i)] = me;
+      comm.all_gather(view(g).subview(static_cast<std::size_t>(me) * 3, 3), view(g));
+      for (std::size_t i = 0; i < g.size(); ++i) CHECK(g[i] == static_cast<int>(i / 3));
+      comm.barrier();
+    });
+  }
+}
+
+namespace {
+/// Only `erring` makes the mistake; it raises usage_error, the others see it as lost.
+template <class Call>
+void expect_usage_on(int n, int erring, Call call, const std::string& needle, const std::string& label) {
+  INFO(label);
+  std::exception_ptr first;
+  const auto out = run_recorded(n, call, first, label);
+  CHECK_THROWS_AS(rethrow_if(first), usage_error);
+  for (int r = 0; r < n; ++r) {
+    const auto& o = out[static_cast<std::size_t>(r)];
+    CAPTURE(r);
+    if (r == erring) {
+      CHECK_MESSAGE(o.k == kind::usage, kind_name(o.k) << ": " << o.what);
+      CHECK_MESSAGE(o.phase == 1, "raised in phase " << o.phase);
+      CHECK_MESSAGE(contains(o.what, needle), o.what);
+      CHECK_MESSAGE(contains(o.what, "rank " + std::to_string(erring)), o.what);
+    } else {
+      CHECK_MESSAGE(o.k == kind::peer_lost, kind_name(o.k) << ": " << o.what);
+      CHECK_MESSAGE(contains(o.what, "rank " + std::to_string(erring) + " failed"), o.what);
+    }
+  }
+}
+}  // namespace
+
+TEST_CASE("usage_error on one rank: it fails before any traffic and the others see it as lost") {
+  for (int p : {2, 3, 4}) {
+    const int root = p - 1;
+    const auto N = static_cast<std::size_t>(p);
+    auto gather_small_out = [&](auto& comm) {
+      std::vector<float> in(4), out(comm.rank() == root ? 4 * N - 1 : 0);
+      comm.gather(view(in), view(out), root);
+    };
+    expect_usage_on(p, root, gather_small_out, "out", "gather: root's out too small on " + std::to_string(p));
+    auto scatter_wrong_in = [&](auto& comm) {
+      std::vector<float> in(comm.rank() == root ? 4 * N + 2 : 0), out(4);
+      comm.scatter(view(in), view(out), root);
+    };
+    expect_usage_on(p, root, scatter_wrong_in, "in", "scatter: root's in wrong size on " + std::to_string(p));
+    auto gather_overlap = [&](auto& comm) {
+      std::vector<float> out(4 * N + 1);
+      std::vector<float> in(4);
+      if (comm.rank() == root) comm.gather(view(out).subview(1, 4), view(out).subview(0, 4 * N), root);
+      else comm.gather(view(in), view(out).subview(0, 0), root);
+    };
+    expect_usage_on(p, root, gather_overlap, "overlap", "gather: root's in overlaps out on " + std::to_string(p));
+    auto all_gather_one_wrong = [&](auto& comm) {
+      std::vector<float> in(4), out(comm.rank() == 0 ? 4 * N + 4 : 4 * N);
+      comm.all_gather(view(in), view(out));
+    };
+    expect_usage_on(p, 0, all_gather_one_wrong, "all_gather", "all_gather: rank 0's out wrong on " + std::to_string(p));
+    auto bad_root_one_rank = [&](auto& comm) {
+      std::vector<float> v(4);
+      comm.broadcast(view(v), comm.rank() == 1 ? -1 : 0);
+    };
+    expect_usage_on(p, 1, bad_root_one_rank, "root -1", "broadcast: rank 1's root -1 on " + std::to_string(p));
+  }
+}
+
+// ---- aborted ---------------------------------------------------------------------------------
+
+TEST_CASE("after a failure that is not a usage error the communicator refuses every call") {
+  // expect_mismatch checks this after every mismatch; here the other entry points too, after a
+  // peer_lost.
+  std::vector<std::vector<std::string>> seen(3);
+  std::vector<int> reached(3, 0);
+  auto body = [&](auto& comm) {
+    comm.set_timeout(20s);
+    if (comm.rank() == 2) throw std::runtime_error("rank 2 is gone");
+    std::vector<float> v(4, 1.0f), w(4 * 3), x(4);
+    try {
+      comm.all_reduce(view(v));
+    } catch (const peer_lost&) {
+      reached[static_cast<std::size_t>(comm.rank())] = 1;
+      auto& mine = seen[static_cast<std::size_t>(comm.rank())];
+      auto expect_aborted = [&](const char* what, auto&& f) {
+        try {
+          f();
+          mine.push_back(std::string(what) + ": returned");
+        } catch (const tutti::error& e) {
+          if (e.code() != errc::aborted) mine.push_back(std::string(what) + ": " + e.what());
+          else if (!contains(e.what(), "rank 2 is gone")) mine.push_back(std::string(what) + " lacks the cause: " + e.what());
+        } catch (const std::exception& e) {
+          mine.push_back(std::string(what) + ": " + e.what());
+        }
+      };
+      expect_aborted("broadcast", [&] { comm.broadcast(view(v), 0); });
+      expect_aborted("reduce", [&] { comm.reduce(view(v), 0); });
+      expect_aborted("all_reduce", [&] { comm.all_reduce(view(v)); });
+      expect_aborted("gather", [&] { comm.gather(view(x), view(w), comm.rank()); });
+      expect_aborted("all_gather", [&] { comm.all_gather(view(x), view(w)); });
+      expect_aborted("scatter", [&] { comm.scatter(view(w), view(x), comm.rank()); });
+      expect_aborted("all_to_all", [&] { comm.all_to_all(view(w).subview(0, 3), view(w).subview(3, 3)); });
+      expect_aborted("reduce_scatter", [&] { comm.reduce_scatter(view(w).subview(0, 3), view(x).subview(0, 1)); });
+      expect_aborted("barrier", [&] { comm.barrier(); });
+      expect_aborted("send", [&] { comm.send(view(x), 1 - comm.rank()); });
+      expect_aborted("recv", [&] { comm.recv(view(x), 1 - comm.rank()); });
+      expect_aborted("new_group", [&] { (void)comm.new_group({0, 1}); });
+      expect_aborted("split", [&] { (void)comm.split(0, 0); });
+      throw;
+    }
+  };
+  const auto err = tutti::test::run_watched(3, body, "aborted after peer_lost");
+  CHECK_THROWS_AS(rethrow_if(err), std::runtime_error);
+  CHECK(reached[0] == 1);
+  CHECK(reached[1] == 1);
+  for (int r = 0; r < 2; ++r)
+    for (const auto& s : seen[static_cast<std::size_t>(r)]) FAIL_CHECK("rank " << r << ": " << s << " (expected errc::aborted)");
+}
+
+TEST_SUITE_END();
