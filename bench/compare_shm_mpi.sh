@@ -20,8 +20,8 @@ echo
 echo "# all_reduce float sum, in place: tutti shm vs Open MPI (same run)"
 printf '%6s %12s | %10s %10s | %10s %10s | %7s\n' ranks size "tutti(us)" "busbw" "ompi(us)" "busbw" ratio
 for np in 2 4; do
-  join <(grep -v '^#' "$out/tutti.$np" | awk '{print $1, $11, $13}' | sort -k1,1) \
-       <(grep -v '^#' "$out/mpi.$np" | awk '{print $1, $11, $13}' | sort -k1,1) |
+  join <(grep -v '^#' "$out/tutti.$np" | awk '{print $1, $10, $12}' | sort -k1,1) \
+       <(grep -v '^#' "$out/mpi.$np" | awk '{print $1, $10, $12}' | sort -k1,1) |
     sort -n -k1,1 |
     awk -v np=$np '{ printf "%6d %12d | %10.2f %10.2f | %10.2f %10.2f | %6.2fx\n", np, $1, $2, $3, $4, $5, ($5 > 0 ? $3/$5 : 0) }'
 done
