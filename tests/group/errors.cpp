@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "../support/collective_checks.hpp"
 #include "../support/outcomes.hpp"
 #include "../support/ranks.hpp"
 
@@ -27,11 +28,10 @@ using tutti::test::kind;
 using tutti::test::kind_name;
 using tutti::test::ranks_named;
 using tutti::test::rethrow_if;
+using tutti::test::has;
 
 namespace {
 
-template <class A, collective C>
-constexpr bool has = std::is_same_v<A, algo::automatic> || algorithm_for<A, C>;
 
 template <class A>
 bool has_rt(collective c) {

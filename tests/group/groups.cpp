@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "../support/outcomes.hpp"
-#include "../support/ranks.hpp"
+#include "../support/collective_checks.hpp"
 
 TEST_SUITE_BEGIN("multirank");
 
@@ -26,11 +26,11 @@ using tutti::test::kind_name;
 using tutti::test::ranks_named;
 using tutti::test::rethrow_if;
 using tutti::test::value;
+using tutti::test::expect_equal;
+using tutti::test::has;
 
 namespace {
 
-template <class A, collective C>
-constexpr bool has = std::is_same_v<A, algo::automatic> || algorithm_for<A, C>;
 
 /// Runs `body` on n ranks and fails (instead of hanging the suite) if it does not finish.
 template <class Body>
@@ -39,27 +39,6 @@ void run_ok(int n, Body body, const std::string& what) {
   CHECK_NOTHROW(rethrow_if(err));
 }
 
-template <class T>
-std::string show(const T& v) {
-  if constexpr (std::is_same_v<T, tutti::test::vec3>) return std::string(tutti::test::toString(v).c_str());
-  else return std::to_string(static_cast<double>(v));
-}
-
-template <class T>
-void expect_equal(const std::vector<T>& got, const std::vector<T>& want, const std::string& what) {
-  std::size_t bad = got.size() == want.size() ? got.size() : 0;
-  for (std::size_t i = 0; i < got.size() && i < want.size(); ++i)
-    if (!(got[i] == want[i])) {
-      bad = i;
-      break;
-    }
-  const bool ok = got.size() == want.size() && bad == got.size();
-  CHECK_MESSAGE(ok, what << ": first difference at element " << bad << " of " << got.size() << " (got "
-                         << (bad < got.size() ? show(got[bad]) : "-") << ", want "
-                         << (bad < want.size() ? show(want[bad]) : "-") << ")");
-}
-
-/// The world rank behind every rank of `g`, in g's rank order (all_gather of world ranks).
 template <class Comm>
 std::vector<int> world_ranks_of(Comm& g, int world_rank) {
   std::vector<int> all(static_cast<std::size_t>(g.size()));

@@ -127,9 +127,7 @@ struct shared_memory {
     for (std::size_t at = 0; at == 0 || at < blk; at += chunk) {
       const std::size_t m = std::min(chunk, blk - std::min(at, blk));
       const auto g = ph.begin();
-      for (int j = 0; j < p; ++j)
-        copy_in(ph.mine(g) + static_cast<std::size_t>(j) * m * sizeof(T), in.data() + static_cast<std::size_t>(j) * blk + at,
-                m * sizeof(T));
+      pack_blocks(ph.mine(g), in, p, blk, at, m);
       ph.post(g);
       ph.wait_all(g);
       reduce_slots<T>(ph, g, static_cast<std::size_t>(me) * m, out.data() + at, m, op);
@@ -216,9 +214,7 @@ struct shared_memory {
       const std::size_t m = std::min(chunk, blk - std::min(at, blk));
       const auto g = ph.begin();
       if (me == root)
-        for (int j = 0; j < p; ++j)
-          copy_in(ph.mine(g) + static_cast<std::size_t>(j) * m * sizeof(T), in.data() + static_cast<std::size_t>(j) * blk + at,
-                  m * sizeof(T));
+        pack_blocks(ph.mine(g), in, p, blk, at, m);
       ph.post(g);
       if (me != root) ph.wait(root, g);
       copy_out(out.data() + at, ph.slot(root, g) + static_cast<std::size_t>(me) * m * sizeof(T), m * sizeof(T));
@@ -235,9 +231,7 @@ struct shared_memory {
     for (std::size_t at = 0; at == 0 || at < blk; at += chunk) {
       const std::size_t m = std::min(chunk, blk - std::min(at, blk));
       const auto g = ph.begin();
-      for (int j = 0; j < p; ++j)
-        copy_in(ph.mine(g) + static_cast<std::size_t>(j) * m * sizeof(T), in.data() + static_cast<std::size_t>(j) * blk + at,
-                m * sizeof(T));
+      pack_blocks(ph.mine(g), in, p, blk, at, m);
       ph.post(g);
       ph.wait_all(g);
       for (int r = 0; r < p; ++r)
@@ -294,6 +288,14 @@ struct shared_memory {
 
   static void copy_in(std::byte* slot, const void* src, std::size_t bytes) {
     if (bytes) std::memcpy(slot, src, bytes);
+  }
+
+  /// Elements [at, at + m) of each of the p blocks (of `blk` elements) of `in`, side by side.
+  template <class T>
+  static void pack_blocks(std::byte* slot, view<const T> in, int p, std::size_t blk, std::size_t at, std::size_t m) {
+    for (int j = 0; j < p; ++j)
+      copy_in(slot + static_cast<std::size_t>(j) * m * sizeof(T), in.data() + static_cast<std::size_t>(j) * blk + at,
+              m * sizeof(T));
   }
   static void copy_out(void* dst, const std::byte* slot, std::size_t bytes) {
     if (bytes) std::memcpy(dst, slot, bytes);

@@ -27,6 +27,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -130,12 +131,7 @@ class inproc {
   inproc sub(std::span<const int> members, std::uint64_t context) const {
     inproc t = *this;
     t.context_ = context;
-    t.members_.clear();
-    t.rank_ = -1;
-    for (int m : members) {
-      if (m == rank_) t.rank_ = static_cast<int>(t.members_.size());
-      t.members_.push_back(members_[static_cast<std::size_t>(m)]);
-    }
+    std::tie(t.members_, t.rank_) = detail::pick_members(members_, rank_, members);
     return t;
   }
 

@@ -39,6 +39,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "tutti/bootstrap/env.hpp"
@@ -257,12 +258,7 @@ class shm {
   shm sub(std::span<const int> members, std::uint64_t context) const {
     shm t = *this;
     t.context_ = context;
-    t.members_.clear();
-    t.rank_ = -1;
-    for (int m : members) {
-      if (m == rank_) t.rank_ = static_cast<int>(t.members_.size());
-      t.members_.push_back(members_[static_cast<std::size_t>(m)]);
-    }
+    std::tie(t.members_, t.rank_) = detail::pick_members(members_, rank_, members);
     return t;
   }
 

@@ -26,6 +26,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "tutti/core/error.hpp"
 #include "tutti/core/fingerprint.hpp"
@@ -75,6 +77,18 @@ inline void check_header(const header& expected, int my_rank, const header& got,
                          std::string(algo) + "): rank " + std::to_string(my_rank) +
                          " expected " + std::to_string(expected.bytes) + " bytes from rank " +
                          std::to_string(peer) + ", which sent " + std::to_string(got.bytes));
+}
+
+/// A sub-group's rank map: `picked` are ranks of a group whose rank r is `members[r]` in the
+/// transport's own numbering; returns the sub-group's map and `me`'s rank in it (-1: not in it).
+inline std::pair<std::vector<int>, int> pick_members(const std::vector<int>& members, int me,
+                                                     std::span<const int> picked) {
+  std::pair<std::vector<int>, int> out{{}, -1};
+  for (int m : picked) {
+    if (m == me) out.second = static_cast<int>(out.first.size());
+    out.first.push_back(members[static_cast<std::size_t>(m)]);
+  }
+  return out;
 }
 
 inline std::string where(const header& h, std::string_view algo) {
