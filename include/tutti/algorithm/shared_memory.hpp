@@ -95,7 +95,9 @@ struct shared_memory {
     const int p = ch.size(), me = ch.rank();
     const std::size_t fit = std::min(ph.template elems<T>(1), std::max<std::size_t>(chunk_bytes / sizeof(T), 1));
     const std::size_t chunk = std::max<std::size_t>(fit / static_cast<std::size_t>(p), 1) * static_cast<std::size_t>(p);
-    const bool stream = bytes >= stream_bytes;  // the output will not be re-read from cache
+    // Stream large out-of-place outputs past the cache (nothing re-reads them soon); in place,
+    // the chunk's lines were just read into cache by the copy-in, so plain stores are cheaper.
+    const bool stream = bytes >= stream_bytes && !detail::overlaps(in, view<const T>(out));
     for (std::size_t at = 0; at == 0 || at < n; at += chunk) {
       const std::size_t m = std::min(chunk, n - std::min(at, n));
       // Phase a: every rank's chunk in its slot. Rank r then reduces block r of every slot.
