@@ -18,6 +18,7 @@ struct sweep_options {
   int factor = 2;
   int warmup = 5;
   double seconds_per_size = 0.25;  // iterations are chosen to take about this long
+  bool zero_copy = false;          // -z 1: buffers from comm.allocate (tutti shm only)
 };
 
 inline sweep_options parse(int argc, char** argv) {
@@ -30,6 +31,7 @@ inline sweep_options parse(int argc, char** argv) {
     else if (k == "-f") o.factor = std::atoi(v);
     else if (k == "-w") o.warmup = std::atoi(v);
     else if (k == "-t") o.seconds_per_size = std::atof(v);
+    else if (k == "-z") o.zero_copy = std::atoi(v) != 0;
   }
   return o;
 }
@@ -62,11 +64,14 @@ inline void print_row(std::size_t bytes, int ranks, double oop_us, long oop_wron
 
 /// Runs the sweep. `all_reduce(in, out, count)` reduces (in == out: in place); `max_of(x)`
 /// returns the maximum of x over ranks; `barrier()`.
-template <class AllReduce, class MaxOf, class Barrier>
+/// `Buffer(n)` makes a buffer of n floats with data(), begin() and operator[] (std::vector by
+/// default; tutti's zero-copy run passes shared memory).
+template <class AllReduce, class MaxOf, class Barrier, class Buffer = std::vector<float> (*)(std::size_t)>
 void run(const sweep_options& o, int rank, int ranks, const char* who, AllReduce all_reduce, MaxOf max_of,
-         Barrier barrier) {
+         Barrier barrier, Buffer make = [](std::size_t n) { return std::vector<float>(n); }) {
   if (rank == 0) print_header(who, ranks);
-  std::vector<float> in(o.max_bytes / sizeof(float) + 1), out(in.size()), work(in.size());
+  const std::size_t cap = o.max_bytes / sizeof(float) + 1;
+  auto in = make(cap), out = make(cap), work = make(cap);
   double sum_busbw = 0;
   int rows = 0;
   for (std::size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= static_cast<std::size_t>(o.factor)) {
@@ -75,7 +80,7 @@ void run(const sweep_options& o, int rank, int ranks, const char* who, AllReduce
     for (std::size_t i = 0; i < count; ++i) in[i] = static_cast<float>((rank + 1) * ((i % 7) + 1));
     const int iters = iterations(bytes, o.seconds_per_size);
     auto expected = [&](std::size_t i) { return static_cast<float>(ranks * (ranks + 1) / 2 * ((i % 7) + 1)); };
-    auto wrong = [&](const std::vector<float>& v) {
+    auto wrong = [&](const auto& v) {
       long w = 0;
       for (std::size_t i = 0; i < count; ++i) w += v[i] != expected(i);
       return static_cast<long>(max_of(static_cast<double>(w)));
@@ -95,10 +100,10 @@ void run(const sweep_options& o, int rank, int ranks, const char* who, AllReduce
     for (int i = 0; i < iters; ++i) all_reduce(work.data(), work.data(), count);
     t1 = std::chrono::steady_clock::now();
     const double ip = max_of(std::chrono::duration<double, std::micro>(t1 - t0).count() / iters);
-    std::copy(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(count), work.begin());
+    std::copy(in.begin(), in.begin() + count, work.begin());
     all_reduce(work.data(), work.data(), count);
     const long ip_wrong = wrong(work);
-    std::fill(work.begin(), work.begin() + static_cast<std::ptrdiff_t>(count), 0.0f);
+    std::fill(work.begin(), work.begin() + count, 0.0f);
     if (rank == 0) print_row(bytes, ranks, oop, oop_wrong, ip, ip_wrong);
     sum_busbw += static_cast<double>(bytes) / (ip * 1e-6) / 1e9 * 2.0 * (ranks - 1) / ranks;
     ++rows;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# tutti shm vs Open MPI, all_reduce float sum, in one run: both sweeps at 2 and 4 ranks, then one
-# table with the ratio tutti/Open MPI of in-place busbw (and of time at the smallest size).
-# Usage: bench/compare_shm_mpi.sh [build-dir] [extra sweep flags, e.g. -e 1048576]
+# tutti shm vs Open MPI, all_reduce float sum, in one run: at 2 and 4 ranks, tutti with ordinary
+# buffers, tutti with buffers from comm.allocate (zero copy), and Open MPI; then one table of
+# in-place figures with the ratios tutti/Open MPI.
+# Usage: bench/compare_shm_mpi.sh [build-dir] [extra sweep flags, e.g. -e 1048576 -t 0.1]
 set -euo pipefail
 build=${1:-build}; shift || true
 tuttirun=$build/tools/tuttirun
@@ -10,18 +11,21 @@ peer=$build/bench/tutti_peer_mpi_allreduce
 for f in "$tuttirun" "$tutti" "$peer"; do [[ -x $f ]] || { echo "missing $f: build with -DTUTTI_BUILD_BENCH=ON (needs libopenmpi-dev)" >&2; exit 1; }; done
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+export TUTTI_SHM_ARENA_BYTES=$((512 << 20))  # room for the sweep's three 64 MiB buffers
 echo "# machine: $(uname -m), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cpus"
 echo "# Open MPI: $(mpirun --version 2>/dev/null | head -1)"
 for np in 2 4; do
   "$tuttirun" --nproc-per-node=$np --no-prefix "$tutti" "$@" | tee "$out/tutti.$np"
+  "$tuttirun" --nproc-per-node=$np --no-prefix "$tutti" -z 1 "$@" | tee "$out/zc.$np"
   mpirun --allow-run-as-root --oversubscribe --bind-to none -np $np "$peer" "$@" | tee "$out/mpi.$np"
 done
+rows() { grep -v '^#' "$1" | awk '{print $1, $10, $12}' | sort -k1,1; }
 echo
-echo "# all_reduce float sum, in place: tutti shm vs Open MPI (same run)"
-printf '%6s %12s | %10s %10s | %10s %10s | %7s\n' ranks size "tutti(us)" "busbw" "ompi(us)" "busbw" ratio
+echo "# all_reduce float sum, in place, one run: tutti shm (plain buffers; comm.allocate buffers) vs Open MPI"
+printf '%5s %10s | %10s %8s | %10s %8s | %10s %8s | %7s %7s\n' ranks bytes "tutti us" busbw "alloc us" busbw "ompi us" busbw ratio "alloc"
 for np in 2 4; do
-  join <(grep -v '^#' "$out/tutti.$np" | awk '{print $1, $10, $12}' | sort -k1,1) \
-       <(grep -v '^#' "$out/mpi.$np" | awk '{print $1, $10, $12}' | sort -k1,1) |
-    sort -n -k1,1 |
-    awk -v np=$np '{ printf "%6d %12d | %10.2f %10.2f | %10.2f %10.2f | %6.2fx\n", np, $1, $2, $3, $4, $5, ($5 > 0 ? $3/$5 : 0) }'
+  join <(rows "$out/tutti.$np") <(rows "$out/zc.$np") | join - <(rows "$out/mpi.$np") | sort -n -k1,1 |
+    awk -v np=$np '{ printf "%5d %10d | %10.2f %8.2f | %10.2f %8.2f | %10.2f %8.2f | %6.2fx %6.2fx\n",
+                     np, $1, $2, $3, $4, $5, $6, $7, ($7 > 0 ? $3/$7 : 0), ($7 > 0 ? $5/$7 : 0) }'
 done
+echo "# ratio: busbw tutti / Open MPI (plain buffers); alloc: the same with comm.allocate buffers"

@@ -96,3 +96,35 @@ TEST_CASE("over shm: send and recv") {
 }
 
 TEST_SUITE_END();
+
+TEST_SUITE_BEGIN("multiproc");
+
+TEST_CASE("over shm: comm.allocate buffers are read in place, alone or mixed with plain buffers") {
+  auto& comm = world();
+  const int me = comm.rank(), p = comm.size();
+  for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{300001}, (std::size_t{3} << 20) + 7}) {
+    CAPTURE(n);
+    std::vector<float> want(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      float acc = 0;
+      for (int r = 0; r < p; ++r) acc += value<float>(r, i);
+      want[i] = acc;
+    }
+    auto shared = comm.allocate<float>(n);
+    std::vector<float> plain(n);
+    for (std::size_t i = 0; i < n; ++i) shared[i] = plain[i] = value<float>(me, i);
+    // Even ranks pass shared memory, odd ranks their own: each rank's input is read where it lies.
+    std::vector<float> got(n);
+    if (me % 2 == 0) comm.all_reduce(view<const float>(shared.data(), n), view(got));
+    else comm.all_reduce(view<const float>(plain), view(got));
+    expect_equal(got, want, "mixed shared/plain out of place");
+    comm.all_reduce(view(shared.data(), n));  // everyone in place in shared memory
+    expect_equal(std::vector<float>(shared.begin(), shared.end()), want, "shared in place");
+  }
+  auto a = comm.allocate<int>(10);
+  a = comm.allocate<int>(20);  // move assignment frees the first block
+  CHECK(a.size() == 20);
+  CHECK_THROWS_AS(comm.allocate<char>(std::size_t{1} << 40), usage_error);
+}
+
+TEST_SUITE_END();

@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string_view>
 #if defined(__AVX2__) || defined(__SSE2__)
 #include <immintrin.h>
@@ -98,16 +99,26 @@ struct shared_memory {
     // Stream large out-of-place outputs past the cache (nothing re-reads them soon); in place,
     // the chunk's lines were just read into cache by the copy-in, so plain stores are cheaper.
     const bool stream = bytes >= stream_bytes && !detail::overlaps(in, view<const T>(out));
+    // Zero copy: an input in this rank's arena (`comm.allocate`) is read by the peers where it
+    // lies. Safe in place too: block r of a chunk is read only by rank r, and a rank overwrites
+    // the other blocks only after every rank has posted that it finished reducing them.
+    const auto in_arena = ph.arena_offset(in.data(), bytes);
     for (std::size_t at = 0; at == 0 || at < n; at += chunk) {
       const std::size_t m = std::min(chunk, n - std::min(at, n));
-      // Phase a: every rank's chunk in its slot. Rank r then reduces block r of every slot.
+      // Phase a: every rank's chunk in its slot (or arena). Rank r then reduces block r of all.
       const auto a = ph.begin();
-      copy_in(ph.mine(a), in.data() + at, m * sizeof(T));
+      if (in_arena) {
+        ph.publish_source(a, *in_arena + at * sizeof(T));
+      } else {
+        copy_in(ph.mine(a), in.data() + at, m * sizeof(T));
+        ph.publish_source(a, std::nullopt);
+      }
       ph.post(a);
       ph.wait_all(a);
       const auto mine = schedule::block(m, p, me);
       T* result = reinterpret_cast<T*>(ph.mine(a + 1));
-      reduce_slots<T>(ph, a, mine.begin, result, mine.size(), op);
+      reduce_from<T>(ph, [&](int r) { return reinterpret_cast<const T*>(ph.input(r, a)) + mine.begin; }, result,
+                     mine.size(), op);
       // Phase b: the reduced blocks, each in its owner's other half; everyone copies them out.
       ph.post(a + 1);
       ph.wait_all(a + 1);
@@ -279,6 +290,22 @@ struct shared_memory {
     void wait(int r, std::uint64_t g) { t_.wait_phase(r, g, fp_, /*compare=*/true, w_); }
     void wait_all(std::uint64_t g) { t_.wait_all(g, fp_, /*compare=*/true, w_); }
     std::byte* mine(std::uint64_t g) const { return slot(ch_.rank(), g); }
+
+    /// Zero copy, where the transport has arenas: the offset of [p, p + bytes) in ours.
+    std::optional<std::uint64_t> arena_offset(const void* p, std::size_t bytes) const {
+      if constexpr (requires { t_.arena_offset(p, bytes); }) return t_.arena_offset(p, bytes);
+      else return std::nullopt;
+    }
+    void publish_source(std::uint64_t g, std::optional<std::uint64_t> offset) {
+      if constexpr (requires { t_.publish_source(g, offset); }) t_.publish_source(g, offset);
+    }
+    /// Rank r's input of phase g: in its arena if it published one, else in its slot.
+    const std::byte* input(int r, std::uint64_t g) const {
+      if constexpr (requires { t_.source(r, g); }) {
+        if (const std::byte* s = t_.source(r, g)) return s;
+      }
+      return slot(r, g);
+    }
     std::byte* slot(int r, std::uint64_t g) const { return t_.window(r) + (g % 2) * half_bytes(); }
 
    private:
@@ -333,8 +360,12 @@ struct shared_memory {
   /// every rank that reduces the same elements).
   template <class T, class Ph, class Op>
   static void reduce_slots(Ph& ph, std::uint64_t g, std::size_t first, T* out, std::size_t n, const Op& op) {
+    reduce_from<T>(ph, [&](int r) { return reinterpret_cast<const T*>(ph.slot(r, g)) + first; }, out, n, op);
+  }
+  /// out = at(0) op at(1) op ... op at(p-1), elementwise over n.
+  template <class T, class Ph, class At, class Op>
+  static void reduce_from(Ph& ph, At at, T* out, std::size_t n, const Op& op) {
     const int p = ph.size();
-    auto at = [&](int r) { return reinterpret_cast<const T*>(ph.slot(r, g)) + first; };
     if (p == 1) return copy_out(out, reinterpret_cast<const std::byte*>(at(0)), n * sizeof(T));
     detail::combine(out, at(0), at(1), n, op);
     for (int r = 2; r < p; ++r) detail::combine(out, out, at(r), n, op);

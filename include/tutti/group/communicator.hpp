@@ -38,6 +38,46 @@
 
 namespace tutti {
 
+/// `n` elements of `T` in memory the transport shares with its peers (`communicator::allocate`);
+/// collectives on it skip the copy into shared memory. Move-only; frees the memory when destroyed.
+template <class T, class Transport>
+class shared_buffer {
+  static_assert(std::is_trivially_copyable_v<T>, "tutti::shared_buffer<T>: T must be trivially copyable");
+
+ public:
+  shared_buffer(Transport t, std::size_t n)
+      : t_(std::move(t)), data_(reinterpret_cast<T*>(t_.allocate(n * sizeof(T)))), size_(n) {
+    std::memset(static_cast<void*>(data_), 0, n * sizeof(T));
+  }
+  shared_buffer(shared_buffer&& o) noexcept
+      : t_(o.t_), data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  shared_buffer& operator=(shared_buffer&& o) noexcept {
+    if (this != &o) {
+      release();
+      t_ = o.t_;
+      data_ = std::exchange(o.data_, nullptr);
+      size_ = std::exchange(o.size_, 0);
+    }
+    return *this;
+  }
+  ~shared_buffer() { release(); }
+
+  T* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return size_; }
+  T* begin() const noexcept { return data_; }
+  T* end() const noexcept { return data_ + size_; }
+  T& operator[](std::size_t i) const noexcept { return data_[i]; }
+
+ private:
+  void release() noexcept {
+    if (data_) t_.deallocate(reinterpret_cast<std::byte*>(data_));
+    data_ = nullptr;
+  }
+  Transport t_;
+  T* data_;
+  std::size_t size_;
+};
+
 template <transport Transport, algorithm Algorithm = algo::automatic>
 class communicator {
  public:
@@ -339,6 +379,17 @@ class communicator {
     for (auto& m : members) ranks.push_back(m.second);
     const std::uint64_t context = detail::hash_combine(t_context(), detail::hash_combine(base, static_cast<std::uint64_t>(color) + 0x73706c6974ull));
     return child(ranks, context);
+  }
+
+  /// `n` elements (zeroed) in memory shared with the peers, on transports that have it
+  /// (`tutti::shm`): collectives whose input lies there skip the copy into shared memory.
+  template <class T>
+    requires requires(Transport& t, std::byte* p) {
+      { t.allocate(std::size_t{}) } -> std::same_as<std::byte*>;
+      t.deallocate(p);
+    }
+  shared_buffer<T, Transport> allocate(std::size_t n) {
+    return shared_buffer<T, Transport>(t_, n);
   }
 
   /// The context id of this communicator (0 for the world).

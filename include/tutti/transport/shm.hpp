@@ -33,7 +33,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -60,12 +62,15 @@ namespace tutti {
 struct shm_options {
   std::size_t ring_bytes = std::size_t{256} << 10;    ///< per ordered pair of ranks
   std::size_t window_bytes = std::size_t{4} << 20;    ///< per rank, two halves
+  std::size_t arena_bytes = std::size_t{256} << 20;   ///< per rank, for `allocate` (reserved, not touched)
 
   static shm_options from_env(int world_size) {
     shm_options o;
     if (world_size > 16) o.ring_bytes = std::size_t{64} << 10;  // p(p-1) rings: keep the total sane
     if (auto v = detail::env_int("TUTTI_SHM_RING_BYTES", 4096, 1L << 30)) o.ring_bytes = static_cast<std::size_t>(*v);
     if (auto v = detail::env_int("TUTTI_SHM_WINDOW_BYTES", 8192, 1L << 32)) o.window_bytes = static_cast<std::size_t>(*v);
+    if (auto v = detail::env_int("TUTTI_SHM_ARENA_BYTES", 0, 1L << 40)) o.arena_bytes = static_cast<std::size_t>(*v);
+    o.arena_bytes = (o.arena_bytes + 4095) & ~std::size_t{4095};
     o.ring_bytes = (o.ring_bytes + 63) & ~std::size_t{63};
     o.window_bytes = (o.window_bytes + 127) & ~std::size_t{127};
     return o;
@@ -107,8 +112,10 @@ struct control {
   std::atomic<std::uint64_t> fp_gen;                 // seqlock: 2g+1 while writing g's, 2g+2 after
   alignas(line) std::atomic<std::uint64_t> wait_gen;  // seqlock of the next two fields (odd: writing)
   std::atomic<std::uint64_t> wait_fp[fp_words];      // what this rank is blocked in, if anything
+  alignas(line) std::atomic<std::uint64_t> source[2];  // per phase parity: arena offset of the input, or none
 };
-static_assert(sizeof(fingerprint) <= 48 && sizeof(control) == 6 * line);
+static_assert(sizeof(fingerprint) <= 48 && sizeof(control) == 7 * line);
+inline constexpr std::uint64_t no_source = ~std::uint64_t{0};
 
 struct ring_ends {
   alignas(line) std::atomic<std::uint64_t> head;  // bytes published by the sender
@@ -125,7 +132,7 @@ struct segment_header {
 
 /// Where everything lives in the segment (every rank computes the same).
 struct layout {
-  std::size_t controls, rings, ring_stride, windows, total;
+  std::size_t controls, rings, ring_stride, windows, arenas, total;
   shm_options opt;
   int p;
   layout(int world, shm_options o) : opt(o), p(world) {
@@ -134,7 +141,8 @@ struct layout {
     rings = controls + P * sizeof(control);
     ring_stride = sizeof(ring_ends) + o.ring_bytes;
     windows = (rings + P * (P > 1 ? P - 1 : 0) * ring_stride + 4095) & ~std::size_t{4095};
-    total = windows + P * o.window_bytes;
+    arenas = windows + P * o.window_bytes;
+    total = arenas + P * o.arena_bytes;
   }
   std::size_t ring(int src, int dst) const {  // ordered pair (src, dst), src != dst
     const int k = src * (p - 1) + (dst < src ? dst : dst - 1);
@@ -153,9 +161,18 @@ struct segment {
   bool oversubscribed = false;
   std::vector<std::uint64_t> sent, received;  // local copies of my ring heads (per dst) and tails (per src)
 
+  std::byte* arena_base = nullptr;  // the arenas' mapping (not pre-faulted)
+  std::mutex arena_mu;
+  std::map<std::size_t, std::size_t> arena_free;  // offset -> bytes, in this rank's arena
+  std::map<std::size_t, std::size_t> arena_used;
+
   segment(int world, shm_options o) : lay(world, o) {}
   ~segment() {
-    if (base) ::munmap(base, lay.total);
+    if (base) ::munmap(base, lay.arenas);
+    if (arena_base) ::munmap(arena_base, lay.total - lay.arenas);
+  }
+  std::byte* arena(int world_r) const {
+    return arena_base + static_cast<std::size_t>(world_r) * lay.opt.arena_bytes;
   }
   control& ctl(int world_r) const {
     return reinterpret_cast<control*>(base + lay.controls)[world_r];
@@ -221,10 +238,21 @@ class shm {
     detail::rendezvous_result rv =
         rank == 0 ? detail::serve_segment(name, world_size, seg->lay.total, timeout)
                   : detail::join_segment(name, rank, world_size, seg->lay.total, timeout);
-    void* p = ::mmap(nullptr, seg->lay.total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, rv.segment.get(), 0);
+    // Control blocks, rings and windows are pre-faulted; the arenas only reserve address space.
+    void* p = ::mmap(nullptr, seg->lay.arenas, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, rv.segment.get(), 0);
     if (p == MAP_FAILED)
-      throw error(errc::config, "shm: cannot map " + std::to_string(seg->lay.total) + " bytes: " +
+      throw error(errc::config, "shm: cannot map " + std::to_string(seg->lay.arenas) + " bytes: " +
                                     detail::errno_text(errno));
+    if (seg->lay.total > seg->lay.arenas) {
+      void* a = ::mmap(nullptr, seg->lay.total - seg->lay.arenas, PROT_READ | PROT_WRITE, MAP_SHARED,
+                       rv.segment.get(), static_cast<off_t>(seg->lay.arenas));
+      if (a == MAP_FAILED) {
+        ::munmap(p, seg->lay.arenas);
+        throw error(errc::config, "shm: cannot map the arenas: " + detail::errno_text(errno));
+      }
+      seg->arena_base = static_cast<std::byte*>(a);
+      seg->arena_free.emplace(0, opt.arena_bytes);
+    }
     rv.segment.reset();  // the mapping keeps the memory; no descriptor or name remains
     seg->base = static_cast<std::byte*>(p);
     seg->world_rank = rank;
@@ -346,6 +374,65 @@ class shm {
   void wait_all(std::uint64_t g, const fingerprint& fp, bool compare, const wait_context& w) {
     for (int r = 0; r < size(); ++r)
       if (r != rank_) wait_phase(r, g, fp, compare, w);
+  }
+
+  // ---- shared allocation (zero copy) ------------------------------------------------------
+
+  /// `bytes` of this rank's arena in the segment (64-byte aligned): peers read a collective's
+  /// input straight from it. `usage_error` when the arena (`TUTTI_SHM_ARENA_BYTES`) is full.
+  std::byte* allocate(std::size_t bytes) {
+    bytes = std::max<std::size_t>((bytes + 63) & ~std::size_t{63}, 64);
+    std::lock_guard lk(seg_->arena_mu);
+    for (auto it = seg_->arena_free.begin(); it != seg_->arena_free.end(); ++it)
+      if (it->second >= bytes) {
+        const std::size_t off = it->first, left = it->second - bytes;
+        seg_->arena_free.erase(it);
+        if (left) seg_->arena_free.emplace(off + bytes, left);
+        seg_->arena_used.emplace(off, bytes);
+        return seg_->arena(seg_->world_rank) + off;
+      }
+    throw usage_error("shm::allocate: " + std::to_string(bytes) + " bytes do not fit in this rank's arena of " +
+                      std::to_string(seg_->lay.opt.arena_bytes) + " bytes (set TUTTI_SHM_ARENA_BYTES)");
+  }
+  void deallocate(std::byte* p) noexcept {
+    std::lock_guard lk(seg_->arena_mu);
+    const auto off = static_cast<std::size_t>(p - seg_->arena(seg_->world_rank));
+    auto used = seg_->arena_used.find(off);
+    if (used == seg_->arena_used.end()) return;
+    std::size_t start = off, bytes = used->second;
+    seg_->arena_used.erase(used);
+    auto next = seg_->arena_free.lower_bound(start);
+    if (next != seg_->arena_free.end() && next->first == start + bytes) {
+      bytes += next->second;
+      next = seg_->arena_free.erase(next);
+    }
+    if (next != seg_->arena_free.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == start) {
+        start = prev->first;
+        bytes += prev->second;
+        seg_->arena_free.erase(prev);
+      }
+    }
+    seg_->arena_free.emplace(start, bytes);
+  }
+  /// Where `bytes` at `p` lie in this rank's arena, if they do.
+  std::optional<std::uint64_t> arena_offset(const void* p, std::size_t bytes) const noexcept {
+    if (!seg_->arena_base || context_ != 0) return std::nullopt;
+    const auto* b = static_cast<const std::byte*>(p);
+    const std::byte* lo = seg_->arena(seg_->world_rank);
+    if (b < lo || b + bytes > lo + seg_->lay.opt.arena_bytes) return std::nullopt;
+    return static_cast<std::uint64_t>(b - lo);
+  }
+  /// Before posting phase g: where this rank's input for g lies (an arena offset, or none).
+  void publish_source(std::uint64_t g, std::optional<std::uint64_t> offset) noexcept {
+    seg_->ctl(seg_->world_rank).source[g % 2].store(offset.value_or(detail::shm_impl::no_source),
+                                                      std::memory_order_relaxed);
+  }
+  /// After rank r posted g: its input for g in its arena, or null (it is in r's window).
+  const std::byte* source(int r, std::uint64_t g) const noexcept {
+    const std::uint64_t off = seg_->ctl(world(r)).source[g % 2].load(std::memory_order_relaxed);
+    return off == detail::shm_impl::no_source ? nullptr : seg_->arena(world(r)) + off;
   }
 
   /// Marks this rank failed, so its peers raise `peer_lost` with `what` instead of timing out.
