@@ -26,6 +26,6 @@ printf '%5s %10s | %10s %8s | %10s %8s | %10s %8s | %7s %7s\n' ranks bytes "tutt
 for np in 2 4; do
   join <(rows "$out/tutti.$np") <(rows "$out/zc.$np") | join - <(rows "$out/mpi.$np") | sort -n -k1,1 |
     awk -v np=$np '{ printf "%5d %10d | %10.2f %8.2f | %10.2f %8.2f | %10.2f %8.2f | %6.2fx %6.2fx\n",
-                     np, $1, $2, $3, $4, $5, $6, $7, ($7 > 0 ? $3/$7 : 0), ($7 > 0 ? $5/$7 : 0) }'
+                     np, $1, $2, $3, $4, $5, $6, $7, $6/$2, $6/$4 }'
 done
-echo "# ratio: busbw tutti / Open MPI (plain buffers); alloc: the same with comm.allocate buffers"
+echo "# ratio: Open MPI time / tutti time (= busbw tutti / Open MPI), plain buffers; alloc: the same with comm.allocate buffers"
