@@ -103,8 +103,7 @@ struct shared_memory {
     // lies. Safe in place too: block r of a chunk is read only by rank r, and a rank overwrites
     // the other blocks only after every rank has posted that it finished reducing them.
     const auto in_arena = ph.arena_offset(in.data(), bytes);
-    for (std::size_t at = 0; at == 0 || at < n; at += chunk) {
-      const std::size_t m = std::min(chunk, n - std::min(at, n));
+    for_each_chunk(n, chunk, [&](std::size_t at, std::size_t m) {
       // Phase a: every rank's chunk in its slot (or arena). Rank r then reduces block r of all.
       const auto a = ph.begin();
       if (in_arena) {
@@ -127,7 +126,7 @@ struct shared_memory {
         if (stream) stream_out(out.data() + at + blk.begin, ph.slot(r, a + 1), blk.size() * sizeof(T));
         else copy_out(out.data() + at + blk.begin, ph.slot(r, a + 1), blk.size() * sizeof(T));
       }
-    }
+    });
   }
 
   template <class Ch, class T, class Op>
@@ -137,14 +136,13 @@ struct shared_memory {
     phases<Ch> ph(ch);
     const int p = ch.size(), me = ch.rank();
     const std::size_t blk = out.size(), chunk = ph.template elems<T>(p);
-    for (std::size_t at = 0; at == 0 || at < blk; at += chunk) {
-      const std::size_t m = std::min(chunk, blk - std::min(at, blk));
+    for_each_chunk(blk, chunk, [&](std::size_t at, std::size_t m) {
       const auto g = ph.begin();
       pack_blocks(ph.mine(g), in, p, blk, at, m);
       ph.post(g);
       ph.wait_all(g);
       reduce_slots<T>(ph, g, static_cast<std::size_t>(me) * m, out.data() + at, m, op);
-    }
+    });
   }
 
   template <class Ch, class T>
@@ -154,14 +152,13 @@ struct shared_memory {
     phases<Ch> ph(ch);
     const int p = ch.size();
     const std::size_t blk = in.size(), chunk = ph.template elems<T>(1);
-    for (std::size_t at = 0; at == 0 || at < blk; at += chunk) {
-      const std::size_t m = std::min(chunk, blk - std::min(at, blk));
+    for_each_chunk(blk, chunk, [&](std::size_t at, std::size_t m) {
       const auto g = ph.begin();
       copy_in(ph.mine(g), in.data() + at, m * sizeof(T));
       ph.post(g);
       ph.wait_all(g);
       for (int r = 0; r < p; ++r) copy_out(out.data() + static_cast<std::size_t>(r) * blk + at, ph.slot(r, g), m * sizeof(T));
-    }
+    });
   }
 
   template <class Ch, class T>
@@ -170,15 +167,14 @@ struct shared_memory {
     if (!ch.transport().has_window()) return tree{}.broadcast(ch, buf, root);
     phases<Ch> ph(ch);
     const std::size_t n = buf.size(), chunk = ph.template elems<T>(1);
-    for (std::size_t at = 0; at == 0 || at < n; at += chunk) {
-      const std::size_t m = std::min(chunk, n - std::min(at, n));
+    for_each_chunk(n, chunk, [&](std::size_t at, std::size_t m) {
       const auto g = ph.begin();
       if (ch.rank() == root) copy_in(ph.mine(g), buf.data() + at, m * sizeof(T));
       ph.post(g);
-      if (ch.rank() == root) continue;
+      if (ch.rank() == root) return;
       ph.wait(root, g);
       copy_out(buf.data() + at, ph.slot(root, g), m * sizeof(T));
-    }
+    });
   }
 
   template <class Ch, class T, class Op>
@@ -187,15 +183,14 @@ struct shared_memory {
     if (!ch.transport().has_window()) return tree{}.reduce(ch, buf, root, op);
     phases<Ch> ph(ch);
     const std::size_t n = buf.size(), chunk = ph.template elems<T>(1);
-    for (std::size_t at = 0; at == 0 || at < n; at += chunk) {
-      const std::size_t m = std::min(chunk, n - std::min(at, n));
+    for_each_chunk(n, chunk, [&](std::size_t at, std::size_t m) {
       const auto g = ph.begin();
       copy_in(ph.mine(g), buf.data() + at, m * sizeof(T));
       ph.post(g);
-      if (ch.rank() != root) continue;
+      if (ch.rank() != root) return;
       ph.wait_all(g);
       reduce_slots<T>(ph, g, 0, buf.data() + at, m, op);
-    }
+    });
   }
 
   template <class Ch, class T>
@@ -205,15 +200,14 @@ struct shared_memory {
     phases<Ch> ph(ch);
     const int p = ch.size();
     const std::size_t blk = in.size(), chunk = ph.template elems<T>(1);
-    for (std::size_t at = 0; at == 0 || at < blk; at += chunk) {
-      const std::size_t m = std::min(chunk, blk - std::min(at, blk));
+    for_each_chunk(blk, chunk, [&](std::size_t at, std::size_t m) {
       const auto g = ph.begin();
       copy_in(ph.mine(g), in.data() + at, m * sizeof(T));
       ph.post(g);
-      if (ch.rank() != root) continue;
+      if (ch.rank() != root) return;
       ph.wait_all(g);
       for (int r = 0; r < p; ++r) copy_out(out.data() + static_cast<std::size_t>(r) * blk + at, ph.slot(r, g), m * sizeof(T));
-    }
+    });
   }
 
   template <class Ch, class T>
@@ -223,15 +217,14 @@ struct shared_memory {
     phases<Ch> ph(ch);
     const int p = ch.size(), me = ch.rank();
     const std::size_t blk = out.size(), chunk = ph.template elems<T>(p);
-    for (std::size_t at = 0; at == 0 || at < blk; at += chunk) {
-      const std::size_t m = std::min(chunk, blk - std::min(at, blk));
+    for_each_chunk(blk, chunk, [&](std::size_t at, std::size_t m) {
       const auto g = ph.begin();
       if (me == root)
         pack_blocks(ph.mine(g), in, p, blk, at, m);
       ph.post(g);
       if (me != root) ph.wait(root, g);
       copy_out(out.data() + at, ph.slot(root, g) + static_cast<std::size_t>(me) * m * sizeof(T), m * sizeof(T));
-    }
+    });
   }
 
   template <class Ch, class T>
@@ -241,8 +234,7 @@ struct shared_memory {
     phases<Ch> ph(ch);
     const int p = ch.size(), me = ch.rank();
     const std::size_t blk = in.size() / static_cast<std::size_t>(p), chunk = ph.template elems<T>(p);
-    for (std::size_t at = 0; at == 0 || at < blk; at += chunk) {
-      const std::size_t m = std::min(chunk, blk - std::min(at, blk));
+    for_each_chunk(blk, chunk, [&](std::size_t at, std::size_t m) {
       const auto g = ph.begin();
       pack_blocks(ph.mine(g), in, p, blk, at, m);
       ph.post(g);
@@ -250,7 +242,7 @@ struct shared_memory {
       for (int r = 0; r < p; ++r)
         copy_out(out.data() + static_cast<std::size_t>(r) * blk + at,
                  ph.slot(r, g) + static_cast<std::size_t>(me) * m * sizeof(T), m * sizeof(T));
-    }
+    });
   }
 
   template <class Ch>
@@ -314,6 +306,18 @@ struct shared_memory {
     fingerprint fp_;
     wait_context w_;
   };
+
+  /// f(at, m) for consecutive chunks [at, at + m) of n elements; once (m = 0) when n is 0, so
+  /// every rank runs the same phases whatever the count.
+  template <class F>
+  static void for_each_chunk(std::size_t n, std::size_t chunk, F f) {
+    std::size_t at = 0;
+    do {
+      const std::size_t m = std::min(chunk, n - at);
+      f(at, m);
+      at += m;
+    } while (at < n);
+  }
 
   static void copy_in(std::byte* slot, const void* src, std::size_t bytes) {
     if (bytes) std::memcpy(slot, src, bytes);

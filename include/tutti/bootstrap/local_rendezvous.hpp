@@ -77,6 +77,42 @@ struct rendezvous_result {
   std::vector<int> pids;
 };
 
+/// One welcome with room for one descriptor (SCM_RIGHTS), ready for sendmsg/recvmsg. Built in
+/// place: the message points into the object itself.
+struct welcome_message {
+  rendezvous_welcome body{};
+  iovec iov{&body, sizeof body};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+
+  welcome_message() {
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+  }
+  welcome_message(const welcome_message&) = delete;
+  welcome_message& operator=(const welcome_message&) = delete;
+
+  void attach(int fd) {
+    cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+  }
+  /// The descriptor that came with a received message, or -1.
+  int attached() {
+    for (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm))
+      if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+        int fd;
+        std::memcpy(&fd, CMSG_DATA(cm), sizeof fd);
+        return fd;
+      }
+    return -1;
+  }
+};
+
 inline sockaddr_un abstract_address(const std::string& name, socklen_t& len) {
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
@@ -185,25 +221,13 @@ inline rendezvous_result serve_segment(const std::string& name, int world_size, 
   }
   listener.reset();  // the name disappears: nobody else can join
   for (int r = 1; r < world_size; ++r) {
-    rendezvous_welcome w{};
-    w.magic = rendezvous_magic;
-    w.world_size = world_size;
-    // The pids follow the welcome; the segment travels as SCM_RIGHTS with the welcome.
-    iovec iov{&w, sizeof w};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    cmsghdr* cm = CMSG_FIRSTHDR(&msg);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    const int fd = out.segment.get();
-    std::memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+    // The segment travels as SCM_RIGHTS with the welcome; the pids follow it.
+    welcome_message w;
+    w.body.magic = rendezvous_magic;
+    w.body.world_size = world_size;
+    w.attach(out.segment.get());
     const int s = conns[static_cast<std::size_t>(r)].get();
-    if (::sendmsg(s, &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof w) ||
+    if (::sendmsg(s, &w.msg, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof w.body) ||
         !io_all(s, out.pids.data(), out.pids.size() * sizeof(int), true, deadline))
       throw peer_lost("shm start-up: rank " + std::to_string(r) + " went away during start-up");
   }
@@ -231,14 +255,7 @@ inline rendezvous_result join_segment(const std::string& name, int rank, int wor
                      segment_bytes};
   if (!io_all(c.get(), &h, sizeof h, true, deadline))
     throw peer_lost("shm start-up: rank 0 closed the connection before rank " + std::to_string(rank) + " joined");
-  rendezvous_welcome w{};
-  iovec iov{&w, sizeof w};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
+  welcome_message w;
   pollfd pf{c.get(), POLLIN, 0};
   while (true) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
@@ -246,17 +263,13 @@ inline rendezvous_result join_segment(const std::string& name, int rank, int wor
       throw timeout_error("shm start-up: rank " + std::to_string(rank) + " timed out waiting for the other ranks to join");
     if (::poll(&pf, 1, static_cast<int>(std::min<long long>(left.count(), 1000))) > 0) break;
   }
-  const ssize_t k = ::recvmsg(c.get(), &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL);
-  if (k != static_cast<ssize_t>(sizeof w) || w.magic != rendezvous_magic)
-    throw peer_lost("shm start-up: rank 0 went away during start-up");
-  if (w.status != 0) throw config_error("shm start-up: rank 0 refused rank " + std::to_string(rank) + ": " + w.message);
+  const ssize_t k = ::recvmsg(c.get(), &w.msg, MSG_CMSG_CLOEXEC | MSG_WAITALL);
   rendezvous_result out;
-  for (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm))
-    if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
-      int fd;
-      std::memcpy(&fd, CMSG_DATA(cm), sizeof fd);
-      out.segment = unique_fd(fd);
-    }
+  out.segment = unique_fd(k > 0 ? w.attached() : -1);  // owned at once, whatever follows
+  if (k != static_cast<ssize_t>(sizeof w.body) || w.body.magic != rendezvous_magic)
+    throw peer_lost("shm start-up: rank 0 went away during start-up");
+  if (w.body.status != 0)
+    throw config_error("shm start-up: rank 0 refused rank " + std::to_string(rank) + ": " + w.body.message);
   if (!out.segment) throw config_error("shm start-up: rank 0 sent no segment");
   out.pids.assign(static_cast<std::size_t>(world_size), 0);
   if (!io_all(c.get(), out.pids.data(), out.pids.size() * sizeof(int), false, deadline))

@@ -326,20 +326,16 @@ class communicator {
     }
     std::uint64_t h = 0x6e65775f67726f75ull;
     for (int r : ranks) h = detail::hash_combine(h, static_cast<std::uint64_t>(r));
-    const std::uint64_t context = detail::hash_combine(t_context(), h ^ seq_);
+    const std::uint64_t context = detail::hash_combine(context_, h ^ seq_);
     // Agree: every rank must have passed the same list.
     auto hashes = exchange(h);
     if (std::any_of(hashes.begin(), hashes.end(), [&](std::uint64_t x) { return x != hashes[0]; })) {
       // Every rank saw the disagreement: exchange the lists themselves, to name them.
       const auto longest = exchange(ranks.size());
       const std::size_t width = *std::max_element(longest.begin(), longest.end());
-      std::vector<std::uint64_t> mine(width, ~std::uint64_t{0}), all(width * size_t_size());
+      std::vector<std::uint64_t> mine(width, ~std::uint64_t{0});
       for (std::size_t i = 0; i < ranks.size(); ++i) mine[i] = static_cast<std::uint64_t>(ranks[i]);
-      auto fp = next_fp(collective::group, dtype_of<std::uint64_t>(), width, -1, 0);
-      auto body = [&](const auto& alg, auto& ch) {
-        alg.all_gather(ch, view<const std::uint64_t>(mine), view<std::uint64_t>(all));
-      };
-      execute(algo::direct{}, fp, body);
+      const auto all = exchange(view<const std::uint64_t>(mine));
       auto list_of = [&](int r) {
         std::string s;
         for (std::size_t i = 0; i < width; ++i) {
@@ -377,7 +373,7 @@ class communicator {
     std::sort(members.begin(), members.end());
     std::vector<int> ranks;
     for (auto& m : members) ranks.push_back(m.second);
-    const std::uint64_t context = detail::hash_combine(t_context(), detail::hash_combine(base, static_cast<std::uint64_t>(color) + 0x73706c6974ull));
+    const std::uint64_t context = detail::hash_combine(context_, detail::hash_combine(base, static_cast<std::uint64_t>(color) + 0x73706c6974ull));
     return child(ranks, context);
   }
 
@@ -491,20 +487,20 @@ class communicator {
     }
   }
 
-  /// Every rank's 64-bit value, in rank order (for group agreement).
-  std::vector<std::uint64_t> exchange(std::uint64_t mine) {
-    std::vector<std::uint64_t> all(static_cast<std::size_t>(size()));
-    auto fp = next_fp(collective::group, dtype_of<std::uint64_t>(), 1, -1, 0);
+  /// Every rank's words (the same number on every rank), concatenated in rank order: the
+  /// all_gather behind group agreement.
+  std::vector<std::uint64_t> exchange(view<const std::uint64_t> mine) {
+    std::vector<std::uint64_t> all(mine.size() * size_t_size());
+    auto fp = next_fp(collective::group, dtype_of<std::uint64_t>(), mine.size(), -1, 0);
     if (size() == 1) {
-      all[0] = mine;
+      copy(mine, view<std::uint64_t>(all));
       return all;
     }
-    auto body = [&](const auto& alg, auto& ch) {
-      alg.all_gather(ch, view<const std::uint64_t>(&mine, 1), view<std::uint64_t>(all));
-    };
+    auto body = [&](const auto& alg, auto& ch) { alg.all_gather(ch, mine, view<std::uint64_t>(all)); };
     execute(algo::direct{}, fp, body);
     return all;
   }
+  std::vector<std::uint64_t> exchange(std::uint64_t mine) { return exchange(view<const std::uint64_t>(&mine, 1)); }
 
   std::optional<communicator> child(const std::vector<int>& ranks, std::uint64_t context) {
     communicator c(t_.sub(std::span<const int>(ranks), context), algo_, cfg_);
@@ -512,7 +508,6 @@ class communicator {
     return c;
   }
 
-  std::uint64_t t_context() const noexcept { return context_; }
   std::size_t size_t_size() const { return static_cast<std::size_t>(size()); }
 
   std::string what(collective c) const {

@@ -301,7 +301,7 @@ class inproc {
       if (my_box().cv.wait_until(lk, deadline) == std::cv_status::timeout && !ready()) {
         check_peer(peer, h, w);
         throw timeout_error(detail::where(h, w.algorithm) + ": " + name(rank_) + " timed out after " +
-                            format_ms(w.timeout) + " waiting " + doing + " " + name(peer) + " (" +
+                            detail::seconds_text(w.timeout) + " waiting " + doing + " " + name(peer) + " (" +
                             std::to_string(h.bytes) + " bytes, " +
                             detail::fingerprint_summary(h.fp) + ")");
       }
@@ -356,11 +356,6 @@ class inproc {
     return -1;
   }
 
-  static std::string format_ms(std::chrono::milliseconds d) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%g s", static_cast<double>(d.count()) / 1000.0);
-    return buf;
-  }
 
   std::shared_ptr<world> world_;
   std::vector<int> members_;  // local rank -> world rank

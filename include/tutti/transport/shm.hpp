@@ -608,7 +608,7 @@ class shm {
       if (peer2 >= 0) check_peer(peer2, h, w, ready);
       if (now > deadline)
         throw timeout_error(detail::where(h, w.algorithm) + ": rank " + std::to_string(rank_) + " timed out after " +
-                            std::to_string(static_cast<double>(w.timeout.count()) / 1000.0) + " s waiting " + doing +
+                            detail::seconds_text(w.timeout) + " waiting " + doing +
                             " rank " + std::to_string(peer) + " (" + std::to_string(h.bytes) + " bytes, " +
                             detail::fingerprint_summary(h.fp) + ")");
       me.sleepers.fetch_add(1, std::memory_order_seq_cst);

@@ -23,6 +23,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <span>
 #include <string>
 #include <string_view>
@@ -89,6 +90,13 @@ inline std::pair<std::vector<int>, int> pick_members(const std::vector<int>& mem
     out.first.push_back(members[static_cast<std::size_t>(m)]);
   }
   return out;
+}
+
+/// "0.2 s", "300 s": a deadline as error messages print it.
+inline std::string seconds_text(std::chrono::milliseconds d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g s", static_cast<double>(d.count()) / 1000.0);
+  return buf;
 }
 
 inline std::string where(const header& h, std::string_view algo) {
