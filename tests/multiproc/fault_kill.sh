@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SIGKILL one rank mid-collective under tuttirun, at 2..5 ranks: the launcher exits with 137 naming
+# SIGKILL one rank mid-collective under tuttirun, at 2..5 ranks and two sizes: the launcher exits with 137 naming
 # the rank, every survivor reports peer_lost/timeout naming it (see fault_kill.cpp), and nothing
 # is left behind: no new entry in /dev/shm or /tmp, no abstract socket of the job.
 # Usage: fault_kill.sh <tuttirun> <fault_kill binary>
@@ -9,10 +9,13 @@ pass=0 fail=0
 check() { if eval "$2"; then pass=$((pass + 1)); echo "PASS $1"; else fail=$((fail + 1)); echo "FAIL $1"; fi; }
 snapshot() { ls -A /dev/shm /tmp 2>/dev/null | grep -i tutti | sort; }
 before=$(snapshot)
-for np in 2 3 4 5; do
+# 100000 floats go through the windows; at np=3 also 1000000 (4 MB), which survivors read straight
+# from the victim's memory (single copy) while it dies.
+for run in 2:100000 3:100000 4:100000 5:100000 3:1000000; do
+  np=${run%:*} count=${run#*:}
   victim=$((np - 1))
-  job="faultkill$$-$np"
-  out=$(TUTTI_JOB_ID=$job TUTTI_TIMEOUT=10 timeout 60 "$tuttirun" --nproc-per-node=$np --grace=5 "$prog" $victim 40 2>&1)
+  job="faultkill$$-$np-$count"
+  out=$(TUTTI_JOB_ID=$job TUTTI_TIMEOUT=10 timeout 60 "$tuttirun" --nproc-per-node=$np --grace=5 "$prog" $victim 40 $count 2>&1)
   status=$?
   check "np=$np launcher exits 137" "[[ $status -eq 137 ]]"
   check "np=$np launcher names rank $victim" "grep -q 'rank $victim (pid [0-9]*) was killed by signal 9' <<<\"\$out\""

@@ -45,6 +45,9 @@ TEST_CASE("over shm: messages larger than a ring and a window") {
   comm.all_reduce(view(v), op::sum{}, algo::shared_memory{});
   expect_equal(v, want, "shared_memory two-shot all_reduce 12 MiB");
   fill();
+  comm.all_reduce(view(v), op::sum{}, algo::shared_memory{.single_copy = false});
+  expect_equal(v, want, "shared_memory two-shot all_reduce 12 MiB through the windows");
+  fill();
   comm.all_reduce(view(v), op::sum{}, algo::ring{.chunk_bytes = 100000});
   expect_equal(v, want, "ring all_reduce 12 MiB over the byte rings");
   fill();

@@ -130,6 +130,35 @@ TEST_CASE("shm start-up: a world of threads, a busy job id, a missing rank 0, a 
     for (auto& t : ts) t.join();
     CHECK(ok == std::vector<int>{1, 1, 1});
   }
+  SUBCASE("single copy is on for every rank or for none, and says why") {
+    // Threads of one process may always read each other; one rank that does not want single
+    // copy turns it off for all, and its note names that rank. Large all_reduces agree either way.
+    for (int refuser : {-1, 1}) {
+      const auto job = unique_job("single-copy");
+      std::vector<std::thread> ts;
+      std::vector<int> on(3, -1), ok(3, 0);
+      std::vector<std::string> notes(3);
+      for (int r = 0; r < 3; ++r)
+        ts.emplace_back([&, r] {
+          shm_options opt;
+          opt.single_copy = r != refuser;
+          auto t = shm::create(r, 3, job, opt, 10s);
+          on[static_cast<std::size_t>(r)] = t.single_copy();
+          notes[static_cast<std::size_t>(r)] = t.single_copy_note();
+          communicator<shm> comm(t);
+          std::vector<float> v((std::size_t{3} << 20) / 4 + 7, float(r + 1));
+          comm.all_reduce(view(v));
+          ok[static_cast<std::size_t>(r)] = v.front() == 6.0f && v.back() == 6.0f;
+        });
+      for (auto& t : ts) t.join();
+      CHECK(ok == std::vector<int>{1, 1, 1});
+      const int want = refuser < 0 ? 1 : 0;
+      CHECK(on == std::vector<int>{want, want, want});
+      CAPTURE(notes[0]);
+      if (refuser >= 0) CHECK(notes[0].find("TUTTI_SHM_SINGLE_COPY=0 on rank 1") != std::string::npos);
+      else CHECK(notes[0].find("single copy on") != std::string::npos);
+    }
+  }
   SUBCASE("a second rank 0 with a running job's id is refused, naming the cause") {
     const auto job = unique_job("busy");
     auto first = std::async(std::launch::async, [&] {

@@ -12,6 +12,8 @@
 /// |                | slot in rank order 0..p−1 (bitwise-identical results everywhere).      |
 /// |                | larger: two shot: copy in, post; rank r reduces block r of every slot  |
 /// |                | into its other half, post; everyone copies every block out.            |
+/// |                | ≥ `single_copy_bytes` where peers' memory is readable (process_vm_readv): |
+/// |                | no windows; see `all_reduce_single_copy`.                              |
 /// | reduce_scatter | copy in, post; reduce own block from every slot                        |
 /// | all_gather     | copy own block in, post; copy every block out                          |
 /// | broadcast      | root copies in and posts; the others copy out                          |
@@ -68,6 +70,12 @@ struct shared_memory {
   /// Two-shot all_reduce moves the message in chunks of at most this many bytes (and a window
   /// half), small enough that a chunk's copies and reductions stay in cache.
   std::size_t chunk_bytes = std::size_t{512} << 10;
+  /// all_reduce from this many bytes reads peers' inputs straight from their processes
+  /// (process_vm_readv) where the transport's start-up probe allows it, instead of copying them
+  /// through the windows (`single_copy = false`: never). Below it, the windows win: a kernel
+  /// copy costs a system call and pins pages, and small blocks stay in cache anyway.
+  bool single_copy = true;
+  std::size_t single_copy_bytes = std::size_t{2} << 20;
 
   template <class Ch, class T, class Op>
     requires shared_window<typename Ch::transport_type>
@@ -94,30 +102,34 @@ struct shared_memory {
       return;
     }
     const int p = ch.size(), me = ch.rank();
+    if (single_copy && bytes >= single_copy_bytes && ph.single_copy()) return all_reduce_single_copy(ph, p, me, in, out, op);
     const std::size_t fit = std::min(ph.template elems<T>(1), std::max<std::size_t>(chunk_bytes / sizeof(T), 1));
     const std::size_t chunk = std::max<std::size_t>(fit / static_cast<std::size_t>(p), 1) * static_cast<std::size_t>(p);
     // Stream large out-of-place outputs past the cache (nothing re-reads them soon); in place,
     // the chunk's lines were just read into cache by the copy-in, so plain stores are cheaper.
     const bool stream = bytes >= stream_bytes && !detail::overlaps(in, view<const T>(out));
-    // Zero copy: an input in this rank's arena (`comm.allocate`) is read by the peers where it
-    // lies. Safe in place too: block r of a chunk is read only by rank r, and a rank overwrites
-    // the other blocks only after every rank has posted that it finished reducing them.
-    const auto in_arena = ph.arena_offset(in.data(), bytes);
+    // Rank r's chunk stays where it is when the peers can read it there, in its arena
+    // (`comm.allocate`: zero copy). Safe in place too: block r of a chunk is read only by rank r,
+    // and a rank overwrites the other blocks only after every rank has posted that it finished
+    // reducing them.
     for_each_chunk(n, chunk, [&](std::size_t at, std::size_t m) {
-      // Phase a: every rank's chunk in its slot (or arena). Rank r then reduces block r of all.
+      // Phase a: every rank's chunk in its arena or its slot. Rank r then reduces block r of all
+      // of them into its other half, its own straight from its input.
       const auto a = ph.begin();
-      if (in_arena) {
-        ph.publish_source(a, *in_arena + at * sizeof(T));
-      } else {
-        copy_in(ph.mine(a), in.data() + at, m * sizeof(T));
-        ph.publish_source(a, std::nullopt);
+      const auto mine = schedule::block(m, p, me);
+      if (!ph.offer_source(a, in.data() + at, m * sizeof(T), false)) {
+        // The peers need every block but this rank's own, which it reads from its input.
+        copy_in(ph.mine(a), in.data() + at, mine.begin * sizeof(T));
+        copy_in(ph.mine(a) + mine.end * sizeof(T), in.data() + at + mine.end, (m - mine.end) * sizeof(T));
       }
       ph.post(a);
       ph.wait_all(a);
-      const auto mine = schedule::block(m, p, me);
+      const std::size_t offset = mine.begin * sizeof(T), len = mine.size() * sizeof(T);
       T* result = reinterpret_cast<T*>(ph.mine(a + 1));
-      reduce_from<T>(ph, [&](int r) { return reinterpret_cast<const T*>(ph.input(r, a)) + mine.begin; }, result,
-                     mine.size(), op);
+      reduce_from<T>(ph, [&](int r) {
+        if (r == me) return in.data() + at + mine.begin;
+        return reinterpret_cast<const T*>(ph.input(r, a, offset, len, r == 0 ? 0 : 1));
+      }, result, mine.size(), op);
       // Phase b: the reduced blocks, each in its owner's other half; everyone copies them out.
       ph.post(a + 1);
       ph.wait_all(a + 1);
@@ -256,6 +268,44 @@ struct shared_memory {
   }
 
  private:
+  /// Two-shot all_reduce without staging through the windows, where the transport can read
+  /// peers' memory (process_vm_readv, probed at start-up). Phase a: every rank offers its input
+  /// where it lies; rank r reduces block r of all inputs, in rank order, straight into its own
+  /// output, reading each peer's part in cache-sized pieces. Phase b: every rank offers its output
+  /// and reads the other blocks into its own. Phase c: nobody reads this rank's buffers once every
+  /// peer has posted it, so the call may return. Each byte crosses between processes once per
+  /// shot, by one kernel copy, instead of a copy into a window and a load out of it.
+  template <class T, class Ph, class Op>
+  void all_reduce_single_copy(Ph& ph, int p, int me, view<const T> in, view<T> out, const Op& op) const {
+    const std::size_t n = in.size();
+    const auto a = ph.begin();
+    ph.offer_source(a, in.data(), in.size_bytes(), true);
+    ph.post(a);
+    ph.wait_all(a);
+    const auto mine = schedule::block(n, p, me);
+    const std::size_t piece = std::max<std::size_t>(chunk_bytes / sizeof(T), 1);
+    for (std::size_t at = mine.begin; at < mine.begin + mine.size(); at += piece) {
+      const std::size_t m = std::min(piece, mine.begin + mine.size() - at);
+      // In place, the first combine overwrites this rank's input: past rank 1, keep a copy.
+      const T* own = in.data() + at;
+      if (me >= 2 && detail::overlaps(in, view<const T>(out))) own = reinterpret_cast<const T*>(ph.stage(2, own, m * sizeof(T)));
+      reduce_from<T>(ph, [&](int r) {
+        if (r == me) return own;
+        return reinterpret_cast<const T*>(ph.input(r, a, at * sizeof(T), m * sizeof(T), r == 0 ? 0 : 1));
+      }, out.data() + at, m, op);
+    }
+    ph.offer_source(a + 1, out.data(), out.size_bytes(), true);
+    ph.post(a + 1);
+    ph.wait_all(a + 1);
+    for (int r = 0; r < p; ++r) {
+      if (r == me) continue;
+      const auto blk = schedule::block(n, p, r);
+      ph.copy_source(r, a + 1, blk.begin * sizeof(T), blk.size() * sizeof(T), reinterpret_cast<std::byte*>(out.data() + blk.begin));
+    }
+    ph.post(a + 2);
+    ph.wait_all(a + 2);
+  }
+
   /// One call's view of the windows: phase bookkeeping and slot addresses.
   template <class Ch>
   class phases {
@@ -283,20 +333,37 @@ struct shared_memory {
     void wait_all(std::uint64_t g) { t_.wait_all(g, fp_, /*compare=*/true, w_); }
     std::byte* mine(std::uint64_t g) const { return slot(ch_.rank(), g); }
 
-    /// Zero copy, where the transport has arenas: the offset of [p, p + bytes) in ours.
-    std::optional<std::uint64_t> arena_offset(const void* p, std::size_t bytes) const {
-      if constexpr (requires { t_.arena_offset(p, bytes); }) return t_.arena_offset(p, bytes);
-      else return std::nullopt;
+    /// Offers this rank's input of phase g to the peers where it lies (an arena; or this process,
+    /// read with process_vm_readv, when `single_copy`); false: copy it into the slot.
+    bool offer_source(std::uint64_t g, const void* p, std::size_t bytes, bool single_copy) {
+      if constexpr (requires { t_.offer_source(g, p, bytes, single_copy); }) return t_.offer_source(g, p, bytes, single_copy);
+      else return false;
     }
-    void publish_source(std::uint64_t g, std::optional<std::uint64_t> offset) {
-      if constexpr (requires { t_.publish_source(g, offset); }) t_.publish_source(g, offset);
+    /// Whether peers' memory can be read where it lies (process_vm_readv) on this communicator.
+    bool single_copy() const {
+      if constexpr (requires { t_.single_copy(); }) return t_.single_copy();
+      else return false;
     }
-    /// Rank r's input of phase g: in its arena if it published one, else in its slot.
-    const std::byte* input(int r, std::uint64_t g) const {
-      if constexpr (requires { t_.source(r, g); }) {
-        if (const std::byte* s = t_.source(r, g)) return s;
+    /// A copy of `bytes` at `p` in the transport's staging buffer `stage` (0..2).
+    const std::byte* stage(int stage, const void* p, std::size_t bytes) {
+      std::byte* s = t_.staging(stage, bytes);
+      copy_in(s, p, bytes);
+      return s;
+    }
+    /// Copies `bytes` at byte `offset` of what rank r offered at phase g into `dst`.
+    void copy_source(int r, std::uint64_t g, std::size_t offset, std::size_t bytes, std::byte* dst) {
+      if constexpr (requires { t_.copy_source(r, g, offset, bytes, dst); }) {
+        if (t_.copy_source(r, g, offset, bytes, dst)) return;
       }
-      return slot(r, g);
+      copy_out(dst, slot(r, g) + offset, bytes);
+    }
+    /// `bytes` at byte `offset` of rank r's input of phase g: where it offered it (read into the
+    /// transport's staging buffer `stage` if need be), else its slot.
+    const std::byte* input(int r, std::uint64_t g, std::size_t offset, std::size_t bytes, int stage) {
+      if constexpr (requires { t_.read_source(r, g, offset, bytes, stage); }) {
+        if (const std::byte* s = t_.read_source(r, g, offset, bytes, stage)) return s;
+      }
+      return slot(r, g) + offset;
     }
     std::byte* slot(int r, std::uint64_t g) const { return t_.window(r) + (g % 2) * half_bytes(); }
 

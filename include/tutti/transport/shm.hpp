@@ -12,6 +12,9 @@
 /// - Windows: every rank of the world communicator owns a window every rank can load from, and a
 ///   monotonically increasing phase counter that it alone writes, next to the fingerprint of the
 ///   phase (one cache line). The native schedules of `tutti::algo::shared_memory` run on these.
+/// - Single copy: a start-up probe checks that every rank can read every peer's memory with
+///   process_vm_readv (seccomp, Yama or different users may forbid it); where it can, peers read
+///   large inputs straight out of each other's processes (`offer_source` / `read_source`).
 /// - Waiting spins briefly, then yields, then sleeps on the rank's process-shared futex
 ///   "doorbell", which writers ring only when the reader sleeps; so 4 ranks on 2 cores progress.
 ///   While it sleeps a rank checks its deadline and its peers: a peer that died (pidfd) or
@@ -20,6 +23,8 @@
 
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/uio.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <poll.h>
@@ -63,6 +68,9 @@ struct shm_options {
   std::size_t ring_bytes = std::size_t{256} << 10;    ///< per ordered pair of ranks
   std::size_t window_bytes = std::size_t{4} << 20;    ///< per rank, two halves
   std::size_t arena_bytes = std::size_t{256} << 20;   ///< per rank, for `allocate` (reserved, not touched)
+  /// Single copy: peers read large inputs straight out of this process with `process_vm_readv`,
+  /// where the start-up probe shows it works (`TUTTI_SHM_SINGLE_COPY=0` turns it off).
+  bool single_copy = true;
 
   static shm_options from_env(int world_size) {
     shm_options o;
@@ -70,6 +78,7 @@ struct shm_options {
     if (auto v = detail::env_int("TUTTI_SHM_RING_BYTES", 4096, 1L << 30)) o.ring_bytes = static_cast<std::size_t>(*v);
     if (auto v = detail::env_int("TUTTI_SHM_WINDOW_BYTES", 8192, 1L << 32)) o.window_bytes = static_cast<std::size_t>(*v);
     if (auto v = detail::env_int("TUTTI_SHM_ARENA_BYTES", 0, 1L << 40)) o.arena_bytes = static_cast<std::size_t>(*v);
+    if (auto v = detail::env_int("TUTTI_SHM_SINGLE_COPY", 0, 1)) o.single_copy = *v != 0;
     o.arena_bytes = (o.arena_bytes + 4095) & ~std::size_t{4095};
     o.ring_bytes = (o.ring_bytes + 63) & ~std::size_t{63};
     o.window_bytes = (o.window_bytes + 127) & ~std::size_t{127};
@@ -113,8 +122,14 @@ struct control {
   alignas(line) std::atomic<std::uint64_t> wait_gen;  // seqlock of the next two fields (odd: writing)
   std::atomic<std::uint64_t> wait_fp[fp_words];      // what this rank is blocked in, if anything
   alignas(line) std::atomic<std::uint64_t> source[2];  // per phase parity: arena offset of the input, or none
+  std::atomic<std::uint64_t> address[2];             // per phase parity: its address in the process, or 0
+  alignas(line) std::atomic<std::uint64_t> probe_address;  // start-up: a word peers try to read
+  std::atomic<std::int32_t> probe_result;            // 0: read every peer; errno of the first failure; -1: off
+  std::atomic<std::uint32_t> startup_step;           // start-up barrier
+  std::atomic<std::int32_t> probe_peer;              // the peer the first failure was on
 };
-static_assert(sizeof(fingerprint) <= 48 && sizeof(control) == 7 * line);
+static_assert(sizeof(fingerprint) <= 48 && sizeof(control) == 8 * line);
+inline constexpr std::uint64_t probe_magic = 0x7475747469636d61ull;  // "tutticma"
 inline constexpr std::uint64_t no_source = ~std::uint64_t{0};
 
 struct ring_ends {
@@ -160,6 +175,9 @@ struct segment {
   std::uint64_t my_phase = 0;
   bool oversubscribed = false;
   std::vector<std::uint64_t> sent, received;  // local copies of my ring heads (per dst) and tails (per src)
+  bool single_copy = false;                   // peers' inputs may be read with process_vm_readv
+  std::string single_copy_note;               // why (not), for TUTTI_DEBUG=info
+  std::vector<std::byte> staging[3];          // where single-copy reads land
 
   std::byte* arena_base = nullptr;  // the arenas' mapping (not pre-faulted)
   std::mutex arena_mu;
@@ -227,7 +245,9 @@ class shm {
       throw config_error("tutti::shm needs every rank on one host, but the environment (" + job.source + ") says " +
                          std::to_string(job.local_world_size) + " of " + std::to_string(job.world_size) +
                          " ranks run here; use tutti::tcp or a hierarchy across hosts");
-    return create(job.rank, job.world_size, job.job_id, shm_options::from_env(job.world_size), cfg.timeout);
+    shm t = create(job.rank, job.world_size, job.job_id, shm_options::from_env(job.world_size), cfg.timeout);
+    detail::log(log_level::info, cfg, job.rank, "shm: " + t.seg_->single_copy_note);
+    return t;
   }
 
   static shm create(int rank, int world_size, const std::string& job_id, shm_options opt,
@@ -271,6 +291,7 @@ class shm {
     control& me = seg->ctl(rank);
     me.pid.store(::getpid(), std::memory_order_relaxed);
     me.state.store(0, std::memory_order_release);
+    probe_single_copy(*seg, opt.single_copy, timeout);
     shm t;
     t.seg_ = std::move(seg);
     t.publish_waiting(std::nullopt);
@@ -282,6 +303,10 @@ class shm {
 
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return static_cast<int>(members_.size()); }
+
+  /// Whether peers read large inputs straight from this process (`process_vm_readv`), and why.
+  bool single_copy() const noexcept { return seg_->single_copy && context_ == 0; }
+  const std::string& single_copy_note() const noexcept { return seg_->single_copy_note; }
 
   shm sub(std::span<const int> members, std::uint64_t context) const {
     shm t = *this;
@@ -424,15 +449,49 @@ class shm {
     if (b < lo || b + bytes > lo + seg_->lay.opt.arena_bytes) return std::nullopt;
     return static_cast<std::uint64_t>(b - lo);
   }
-  /// Before posting phase g: where this rank's input for g lies (an arena offset, or none).
-  void publish_source(std::uint64_t g, std::optional<std::uint64_t> offset) noexcept {
-    seg_->ctl(seg_->world_rank).source[g % 2].store(offset.value_or(detail::shm_impl::no_source),
-                                                      std::memory_order_relaxed);
+  /// Before posting phase g: offers this rank's input for g, [p, p + bytes), to its peers where it
+  /// lies: in this rank's arena (they load from it), or else, with `single_copy` allowed and
+  /// working, in this process (they read it with process_vm_readv). False when nothing is offered:
+  /// the caller copies the input into its slot. An offered input must stay unchanged until every
+  /// peer has posted a later phase.
+  bool offer_source(std::uint64_t g, const void* p, std::size_t bytes, bool single_copy) noexcept {
+    auto& c = seg_->ctl(seg_->world_rank);
+    const auto off = arena_offset(p, bytes);
+    const bool remote = !off && single_copy && seg_->single_copy && context_ == 0;
+    c.source[g % 2].store(off.value_or(detail::shm_impl::no_source), std::memory_order_relaxed);
+    c.address[g % 2].store(remote ? reinterpret_cast<std::uintptr_t>(p) : 0, std::memory_order_relaxed);
+    return off || remote;
   }
-  /// After rank r posted g: its input for g in its arena, or null (it is in r's window).
-  const std::byte* source(int r, std::uint64_t g) const noexcept {
-    const std::uint64_t off = seg_->ctl(world(r)).source[g % 2].load(std::memory_order_relaxed);
-    return off == detail::shm_impl::no_source ? nullptr : seg_->arena(world(r)) + off;
+  /// After rank r posted g: `bytes` at byte `offset` of the input r offered for g: a pointer into
+  /// r's arena, or this rank's staging buffer `stage` (0..2) filled by one process_vm_readv;
+  /// null when r offered nothing (its input is in its slot).
+  const std::byte* read_source(int r, std::uint64_t g, std::size_t offset, std::size_t bytes, int stage) {
+    const auto& c = seg_->ctl(world(r));
+    if (const std::uint64_t off = c.source[g % 2].load(std::memory_order_relaxed); off != detail::shm_impl::no_source)
+      return seg_->arena(world(r)) + off + offset;
+    const std::uint64_t address = c.address[g % 2].load(std::memory_order_relaxed);
+    if (!address) return nullptr;
+    std::byte* buf = staging(stage, bytes);
+    read_remote(r, address + offset, bytes, buf);
+    return buf;
+  }
+  /// This process's staging buffer `stage` (0..2), at least `bytes` long.
+  std::byte* staging(int stage, std::size_t bytes) {
+    auto& buf = seg_->staging[stage];
+    if (buf.size() < bytes) buf.resize(std::max(bytes, std::size_t{1} << 20));
+    return buf.data();
+  }
+  /// Like `read_source`, into `dst`; false when r offered nothing.
+  bool copy_source(int r, std::uint64_t g, std::size_t offset, std::size_t bytes, std::byte* dst) {
+    const auto& c = seg_->ctl(world(r));
+    if (const std::uint64_t off = c.source[g % 2].load(std::memory_order_relaxed); off != detail::shm_impl::no_source) {
+      if (bytes) std::memcpy(dst, seg_->arena(world(r)) + off + offset, bytes);
+      return true;
+    }
+    const std::uint64_t address = c.address[g % 2].load(std::memory_order_relaxed);
+    if (!address) return false;
+    read_remote(r, address + offset, bytes, dst);
+    return true;
   }
 
   /// Marks this rank failed, so its peers raise `peer_lost` with `what` instead of timing out.
@@ -447,6 +506,95 @@ class shm {
   }
 
  private:
+  /// `bytes` at `address` in rank r's process into `dst`, with process_vm_readv.
+  void read_remote(int r, std::uint64_t address, std::size_t bytes, std::byte* dst) {
+    std::size_t done = 0;
+    while (done < bytes) {
+      iovec local{dst + done, bytes - done}, peer{reinterpret_cast<void*>(address + done), bytes - done};
+      const ssize_t n = ::process_vm_readv(seg_->pids[static_cast<std::size_t>(world(r))], &local, 1, &peer, 1, 0);
+      if (n <= 0) {
+        const int e = n < 0 ? errno : EIO;
+        if (std::string why = seg_->gone(world(r)); !why.empty() || e == ESRCH)
+          throw peer_lost("shm: rank " + std::to_string(r) + " " + (why.empty() ? "exited" : why) +
+                          " while rank " + std::to_string(rank_) + " read its input");
+        throw error(errc::aborted, "shm: process_vm_readv of " + std::to_string(bytes) + " bytes from rank " +
+                                       std::to_string(r) + " failed: " + detail::errno_text(e));
+      }
+      done += static_cast<std::size_t>(n);
+    }
+  }
+
+  /// Start-up: every rank tries to read a word from every peer with process_vm_readv; single
+  /// copy is on only if all of them could (a container's seccomp policy, Yama's ptrace_scope or
+  /// different users can forbid it). Two barriers through the control blocks.
+  static void probe_single_copy(detail::shm_impl::segment& seg, bool wanted, std::chrono::milliseconds timeout) {
+    using namespace detail::shm_impl;
+    const int p = seg.lay.p, me = seg.world_rank;
+    if (p == 1) {
+      seg.single_copy_note = "one rank: nothing to copy between processes";
+      return;
+    }
+    static const std::uint64_t word = probe_magic ^ static_cast<std::uint64_t>(::getpid());
+    control& c = seg.ctl(me);
+    if (wanted) {
+      // Under Yama's ptrace_scope 1 only a declared tracer may read us; Open MPI declares the same.
+      if (FILE* f = std::fopen("/proc/sys/kernel/yama/ptrace_scope", "r")) {
+        int scope = 0;
+        if (std::fscanf(f, "%d", &scope) == 1 && scope == 1) ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+        std::fclose(f);
+      }
+    }
+    c.probe_address.store(reinterpret_cast<std::uintptr_t>(&word), std::memory_order_relaxed);
+    startup_barrier(seg, 1, timeout);
+    int result = wanted ? 0 : -1, failed_peer = -1;
+    for (int r = 0; wanted && r < p && result == 0; ++r) {
+      if (r == me) continue;
+      std::uint64_t got = 0;
+      const auto remote = seg.ctl(r).probe_address.load(std::memory_order_relaxed);
+      iovec local_iov{&got, sizeof got}, remote_iov{reinterpret_cast<void*>(remote), sizeof got};
+      const ssize_t n = ::process_vm_readv(seg.pids[static_cast<std::size_t>(r)], &local_iov, 1, &remote_iov, 1, 0);
+      if (n != static_cast<ssize_t>(sizeof got)) result = n < 0 ? errno : EIO;
+      else if (got != (probe_magic ^ static_cast<std::uint64_t>(seg.pids[static_cast<std::size_t>(r)]))) result = EIO;
+      if (result) failed_peer = r;
+    }
+    c.probe_result.store(result, std::memory_order_relaxed);
+    c.probe_peer.store(failed_peer, std::memory_order_relaxed);
+    startup_barrier(seg, 2, timeout);
+    seg.single_copy = true;
+    for (int r = 0; r < p && seg.single_copy; ++r) {
+      const int res = seg.ctl(r).probe_result.load(std::memory_order_relaxed);
+      if (res == 0) continue;
+      seg.single_copy = false;
+      if (res < 0)
+        seg.single_copy_note = "single copy off: TUTTI_SHM_SINGLE_COPY=0 on rank " + std::to_string(r) +
+                               "; large messages are copied through the shared segment";
+      else
+        seg.single_copy_note = "single copy off: process_vm_readv from rank " + std::to_string(r) + " to rank " +
+                               std::to_string(seg.ctl(r).probe_peer.load(std::memory_order_relaxed)) + " failed (" + detail::errno_text(res) +
+                               "; seccomp, Yama ptrace_scope or a different user forbid it); large messages are "
+                               "copied through the shared segment";
+    }
+    if (seg.single_copy)
+      seg.single_copy_note = "single copy on: every rank read every peer with process_vm_readv at start-up";
+  }
+
+  /// Start-up barrier `step`: waits (sleeping, with the deadline) until every rank reached it.
+  static void startup_barrier(detail::shm_impl::segment& seg, std::uint32_t step, std::chrono::milliseconds timeout) {
+    seg.ctl(seg.world_rank).startup_step.store(step, std::memory_order_release);
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (int r = 0; r < seg.lay.p; ++r) {
+      while (seg.ctl(r).startup_step.load(std::memory_order_acquire) < step) {
+        if (std::string why = seg.gone(r); !why.empty())
+          throw peer_lost("shm start-up: rank " + std::to_string(r) + " " + why);
+        if (std::chrono::steady_clock::now() > deadline)
+          throw timeout_error("shm start-up: rank " + std::to_string(seg.world_rank) + " timed out after " +
+                              detail::seconds_text(timeout) + " waiting for rank " + std::to_string(r) +
+                              " to map the segment");
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    }
+  }
+
   struct copier {
     std::byte* dst;
     void operator()(const std::byte* src, std::size_t offset, std::size_t n) const {
