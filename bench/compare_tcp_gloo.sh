@@ -125,7 +125,7 @@ if ((have_tutti)); then
   awk -v ref="${iperf_gbs:-0}" '
     function verdict(ok) { return ok ? "met" : "MISSED" }
     { bt = $4 <= $6 ? $4 : $6; r = bt / $2 }
-    $1 == 8        { printf "# target, 2 ranks, 8 B: tutti %.2f us <= 0.5x Gloo best %.2f us: %s\n", $2, bt, verdict(r >= 2) }
+    $1 == 8        { printf "# target, 2 ranks, 8 B: tutti %.2f us <= 0.5x the Gloo best (%.2f us): %s\n", $2, bt, verdict(r >= 2) }
     $1 == 1048576  { printf "# target, 2 ranks, 1 MiB: busbw %.2fx Gloo best >= 1.5x: %s\n", r, verdict(r >= 1.5) }
     $1 == 67108864 { printf "# target, 2 ranks, 64 MiB: busbw %.2fx Gloo best >= 1.5x: %s\n", r, verdict(r >= 1.5)
                      if (ref > 0) printf "# target, 2 ranks, 64 MiB: busbw %.2f GB/s >= 0.6x iperf3 = %.2f GB/s: %s\n", $3, 0.6 * ref, verdict($3 >= 0.6 * ref) }' \
