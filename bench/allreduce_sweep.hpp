@@ -19,6 +19,7 @@ struct sweep_options {
   int warmup = 5;
   double seconds_per_size = 0.25;  // iterations are chosen to take about this long
   bool zero_copy = false;          // -z 1: buffers from comm.allocate (tutti shm only)
+  bool calibrate = false;          // -c 1: iterations from the measured warm-up time (see below)
 };
 
 inline sweep_options parse(int argc, char** argv) {
@@ -32,6 +33,7 @@ inline sweep_options parse(int argc, char** argv) {
     else if (k == "-w") o.warmup = std::atoi(v);
     else if (k == "-t") o.seconds_per_size = std::atof(v);
     else if (k == "-z") o.zero_copy = std::atoi(v) != 0;
+    else if (k == "-c") o.calibrate = std::atoi(v) != 0;
   }
   return o;
 }
@@ -40,6 +42,13 @@ inline sweep_options parse(int argc, char** argv) {
 inline int iterations(std::size_t bytes, double seconds) {
   const double per = 0.5e-6 + static_cast<double>(bytes) / 8e9;
   return static_cast<int>(std::clamp(seconds / per, 5.0, 20000.0));
+}
+
+/// With -c 1: iterations to last about `seconds` at the measured time per call (the slowest
+/// rank's, so every rank picks the same count), in [5, 20000]. For transports whose latency is far
+/// above the 0.5 us `iterations` assumes (tcp: ~100 us), where 20000 calls of 8 B take seconds.
+inline int iterations_measured(double us_per_call, double seconds) {
+  return static_cast<int>(std::clamp(seconds / std::max(us_per_call * 1e-6, 1e-9), 5.0, 20000.0));
 }
 
 inline void print_header(const char* who, int ranks) {
@@ -78,7 +87,7 @@ void run(const sweep_options& o, int rank, int ranks, const char* who, AllReduce
     const std::size_t count = bytes / sizeof(float);
     // Small integers: sums are exact, so the check is exact.
     for (std::size_t i = 0; i < count; ++i) in[i] = static_cast<float>((rank + 1) * ((i % 7) + 1));
-    const int iters = iterations(bytes, o.seconds_per_size);
+    int iters = iterations(bytes, o.seconds_per_size);
     auto expected = [&](std::size_t i) { return static_cast<float>(ranks * (ranks + 1) / 2 * ((i % 7) + 1)); };
     auto wrong = [&](const auto& v) {
       long w = 0;
@@ -86,7 +95,17 @@ void run(const sweep_options& o, int rank, int ranks, const char* who, AllReduce
       return static_cast<long>(max_of(static_cast<double>(w)));
     };
     // out of place
-    for (int i = 0; i < o.warmup; ++i) all_reduce(in.data(), out.data(), count);
+    if (o.calibrate && o.warmup >= 2) {
+      // the first call may set things up (Gloo builds its algorithm objects): not timed
+      all_reduce(in.data(), out.data(), count);
+      const auto w0 = std::chrono::steady_clock::now();
+      for (int i = 1; i < o.warmup; ++i) all_reduce(in.data(), out.data(), count);
+      const auto w1 = std::chrono::steady_clock::now();
+      iters = iterations_measured(
+          max_of(std::chrono::duration<double, std::micro>(w1 - w0).count() / (o.warmup - 1)), o.seconds_per_size);
+    } else {
+      for (int i = 0; i < o.warmup; ++i) all_reduce(in.data(), out.data(), count);
+    }
     barrier();
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < iters; ++i) all_reduce(in.data(), out.data(), count);
