@@ -68,9 +68,11 @@ TEST_CASE_TEMPLATE("over mpi: every collective matches the naive reference", A, 
   check_every_type<A>(world());
 }
 
-TEST_CASE("over mpi: native without the fingerprint agreement, and native chosen by TUTTI_ALGO") {
+TEST_CASE("over mpi: native's variants (unchecked, blocking) and native chosen by TUTTI_ALGO") {
   auto& comm = world();
   check_collectives<algo::native, float>(comm, 7, op::sum{}, algo::native{.check_fingerprint = false});
+  check_collectives<algo::native, double>(comm, 7, op::max{}, algo::native{.blocking = true});
+  check_collectives<algo::native, vec3>(comm, 3, vec3_max_abs{}, algo::native{.check_fingerprint = false, .blocking = true});
   check_collectives<algo::native, std::int64_t>(comm, 5, op::bxor{});
   check_collectives<algo::native, std::uint8_t>(comm, 9, op::band{});
   check_collectives<algo::native, float16>(comm, 6, op::sum{});

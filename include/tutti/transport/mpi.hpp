@@ -20,6 +20,7 @@
 ///   `timeout_error` naming the peer, the collective, the algorithm and the bytes. While it
 ///   waits, it looks for a failure notice from the peer (`fail`, which the communicator calls
 ///   when a collective fails on a rank), so peers of a failed rank raise `peer_lost` at once.
+///   (`algo::native{.blocking = true}` opts out: MPI's blocking collectives, no deadline.)
 /// - After a timeout or another failure the communicator is broken (as every communicator is):
 ///   pending point-to-point requests are cancelled, and those MPI cannot cancel in 100 ms are
 ///   freed; a non-blocking collective cannot be cancelled at all and is left pending. Either may
@@ -42,6 +43,7 @@
 #include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -248,10 +250,24 @@ MPI_Op mpi_op() {
   }
 }
 
+/// More ranks on this host than cores, by the launcher's local size. (Not by this process's CPU
+/// affinity: mpirun binds each rank to a core or a socket, which says nothing of the others.)
+inline bool oversubscribed() {
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE", "LOCAL_WORLD_SIZE"}) {
+    const char* v = detail::getenv_nonempty(var);
+    if (!v) continue;
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);  // Slurm may say "2(x3)": the leading number is ours
+    if (end != v) return n > static_cast<long>(std::max(1u, std::thread::hardware_concurrency()));
+  }
+  return false;
+}
+
 /// One transport's communicator and what its copies share.
 struct comm_state {
   MPI_Comm comm = MPI_COMM_NULL;
   int tag_ub = 32767;
+  bool oversubscribed = false;  // more ranks on this host than cores
   std::vector<std::unique_ptr<std::string>> notices;  // failure texts being sent (kept alive)
 
   comm_state() = default;
@@ -352,17 +368,25 @@ class mpi {
   /// initialised). Waits for the others up to `timeout`.
   static mpi create(MPI_Comm parent, std::chrono::milliseconds timeout) {
     using namespace detail::mpi_impl;
-    auto st = std::make_shared<comm_state>();
-    MPI_Request req = MPI_REQUEST_NULL;
-    check(MPI_Comm_idup(parent, &st->comm, &req), "MPI_Comm_idup", "tutti::mpi");
-    mpi t(std::move(st), 0);
-    request_set rs;
-    rs.reserve(1);
-    *rs.add() = req;
+    // MPI writes the new handle when the duplication completes, which after a timeout may be
+    // never or later: the handle and the request live on the heap and are leaked in that case
+    // (a non-blocking collective cannot be cancelled).
+    auto pending = std::make_unique<std::pair<MPI_Comm, MPI_Request>>(MPI_COMM_NULL, MPI_REQUEST_NULL);
+    check(MPI_Comm_idup(parent, &pending->first, &pending->second), "MPI_Comm_idup", "tutti::mpi");
+    mpi t(std::make_shared<comm_state>(), 0);
     header h;
     h.fp.coll = collective::group;
-    t.drive(wait_context{timeout, "start-up"}, h, no_notices, -1, "to duplicate the communicator with",
-            [&] { return rs.test(0, "tutti::mpi start-up"); });
+    try {
+      t.drive(wait_context{timeout, "start-up"}, h, no_notices, -1, "to duplicate the communicator with", [&] {
+        int done = 0;
+        check(MPI_Test(&pending->second, &done, MPI_STATUS_IGNORE), "MPI_Comm_idup", "tutti::mpi start-up");
+        return done != 0;
+      });
+    } catch (...) {
+      (void)pending.release();
+      throw;
+    }
+    t.st_->comm = pending->first;
     t.adopt();
     return t;
   }
@@ -429,24 +453,25 @@ class mpi {
 
   /// Every rank's fingerprint is the same, or `mismatch_error` naming the first rank that
   /// differs from this one (on every rank: all of them see the same min and max).
-  void native_agree(const fingerprint& fp, const wait_context& w) {
+  void native_agree(const fingerprint& fp, const wait_context& w, bool blocking = false) {
     using namespace detail::mpi_impl;
     std::uint64_t words[2 * fp_words];
     encode(fp, words);
     for (int i = 0; i < fp_words; ++i) words[fp_words + i] = ~words[i];
-    MPI_Request req = MPI_REQUEST_NULL;
-    check(MPI_Iallreduce(MPI_IN_PLACE, words, 2 * fp_words, MPI_UINT64_T, MPI_MAX, st_->comm, &req),
-          "MPI_Iallreduce", [&] { return where(fp, w); });
-    complete(req, fp, 2 * fp_words * 8, w, "MPI_Iallreduce (fingerprint agreement)");
+    start_and_complete(fp, 2 * fp_words * 8, w, blocking, "MPI_Iallreduce (fingerprint agreement)", [&](MPI_Request* r) {
+      return either(r, MPI_Iallreduce, MPI_Allreduce, MPI_IN_PLACE, words, 2 * fp_words, MPI_UINT64_T, MPI_MAX,
+                    st_->comm);
+    });
     bool same = true;
     for (int i = 0; i < fp_words; ++i) same = same && words[i] == ~words[fp_words + i];
     if (same) return;
     std::uint64_t mine[fp_words];
     encode(fp, mine);
     std::vector<std::uint64_t> all(static_cast<std::size_t>(size_) * fp_words);
-    check(MPI_Iallgather(mine, fp_words, MPI_UINT64_T, all.data(), fp_words, MPI_UINT64_T, st_->comm, &req),
-          "MPI_Iallgather", where(fp, w));
-    complete(req, fp, all.size() * 8, w, "MPI_Iallgather (fingerprint agreement)");
+    start_and_complete(fp, all.size() * 8, w, blocking, "MPI_Iallgather (fingerprint agreement)", [&](MPI_Request* r) {
+      return either(r, MPI_Iallgather, MPI_Allgather, mine, fp_words, MPI_UINT64_T, all.data(), fp_words,
+                    MPI_UINT64_T, st_->comm);
+    });
     for (int r = 0; r < size_; ++r) {
       const fingerprint theirs = decode(all.data() + static_cast<std::size_t>(r) * fp_words);
       if (theirs != fp)
@@ -457,84 +482,92 @@ class mpi {
   }
 
   template <class T>
-  void native_broadcast(T* buf, std::size_t n, int root, const fingerprint& fp, const wait_context& w) {
-    start_and_complete(fp, n * sizeof(T), w, "MPI_Ibcast", [&](MPI_Request* r) {
-      return MPI_Ibcast(buf, count(n, fp, w), type<T>(), root, st_->comm, r);
+  void native_broadcast(T* buf, std::size_t n, int root, const fingerprint& fp, const wait_context& w,
+                        bool blocking = false) {
+    start_and_complete(fp, n * sizeof(T), w, blocking, "MPI_Ibcast", [&](MPI_Request* r) {
+      return either(r, MPI_Ibcast, MPI_Bcast, buf, count(n, fp, w), type<T>(), root, st_->comm);
     });
   }
 
   template <class T, class Op>
   void native_reduce(const T* in, T* out, std::size_t n, int root, const Op&, const fingerprint& fp,
-                     const wait_context& w) {
+                     const wait_context& w, bool blocking = false) {
     const bool in_place = rank_ == root && in == out;
-    start_and_complete(fp, n * sizeof(T), w, "MPI_Ireduce", [&](MPI_Request* r) {
-      return MPI_Ireduce(in_place ? MPI_IN_PLACE : in, rank_ == root ? out : nullptr, count(n, fp, w), type<T>(),
-                         reduce_op_of<Op, T>(), root, st_->comm, r);
+    start_and_complete(fp, n * sizeof(T), w, blocking, "MPI_Ireduce", [&](MPI_Request* r) {
+      return either(r, MPI_Ireduce, MPI_Reduce, in_place ? MPI_IN_PLACE : in, rank_ == root ? out : nullptr,
+                    count(n, fp, w), type<T>(), reduce_op_of<Op, T>(), root, st_->comm);
     });
   }
 
   template <class T, class Op>
   void native_all_reduce(const T* in, T* out, std::size_t n, const Op&, const fingerprint& fp,
-                         const wait_context& w) {
-    start_and_complete(fp, n * sizeof(T), w, "MPI_Iallreduce", [&](MPI_Request* r) {
-      return MPI_Iallreduce(in == out ? MPI_IN_PLACE : in, out, count(n, fp, w), type<T>(), reduce_op_of<Op, T>(), st_->comm,
-                            r);
+                         const wait_context& w, bool blocking = false) {
+    start_and_complete(fp, n * sizeof(T), w, blocking, "MPI_Iallreduce", [&](MPI_Request* r) {
+      return either(r, MPI_Iallreduce, MPI_Allreduce, in == out ? MPI_IN_PLACE : in, out, count(n, fp, w), type<T>(),
+                    reduce_op_of<Op, T>(), st_->comm);
     });
   }
 
   /// `n` elements per rank; at the root, `in` may be its own block of `out`.
   template <class T>
-  void native_gather(const T* in, T* out, std::size_t n, int root, const fingerprint& fp, const wait_context& w) {
+  void native_gather(const T* in, T* out, std::size_t n, int root, const fingerprint& fp, const wait_context& w,
+                     bool blocking = false) {
     const bool at_root = rank_ == root;
     const bool in_place = at_root && n && in == out + static_cast<std::size_t>(rank_) * n;
-    start_and_complete(fp, n * sizeof(T), w, "MPI_Igather", [&](MPI_Request* r) {
+    start_and_complete(fp, n * sizeof(T), w, blocking, "MPI_Igather", [&](MPI_Request* r) {
       const int c = count(n, fp, w);
-      return MPI_Igather(in_place ? MPI_IN_PLACE : in, c, type<T>(), at_root ? out : nullptr, c, type<T>(), root,
-                         st_->comm, r);
+      return either(r, MPI_Igather, MPI_Gather, in_place ? MPI_IN_PLACE : in, c, type<T>(), at_root ? out : nullptr,
+                    c, type<T>(), root, st_->comm);
     });
   }
 
   template <class T>
-  void native_all_gather(const T* in, T* out, std::size_t n, const fingerprint& fp, const wait_context& w) {
+  void native_all_gather(const T* in, T* out, std::size_t n, const fingerprint& fp, const wait_context& w,
+                         bool blocking = false) {
     const bool in_place = n && in == out + static_cast<std::size_t>(rank_) * n;
-    start_and_complete(fp, n * sizeof(T), w, "MPI_Iallgather", [&](MPI_Request* r) {
+    start_and_complete(fp, n * sizeof(T), w, blocking, "MPI_Iallgather", [&](MPI_Request* r) {
       const int c = count(n, fp, w);
-      return MPI_Iallgather(in_place ? MPI_IN_PLACE : in, c, type<T>(), out, c, type<T>(), st_->comm, r);
+      return either(r, MPI_Iallgather, MPI_Allgather, in_place ? MPI_IN_PLACE : in, c, type<T>(), out, c, type<T>(),
+                    st_->comm);
     });
   }
 
   /// `n` elements per rank; at the root, `out` may be its own block of `in`.
   template <class T>
-  void native_scatter(const T* in, T* out, std::size_t n, int root, const fingerprint& fp, const wait_context& w) {
+  void native_scatter(const T* in, T* out, std::size_t n, int root, const fingerprint& fp, const wait_context& w,
+                      bool blocking = false) {
     const bool at_root = rank_ == root;
     const bool in_place = at_root && n && out == in + static_cast<std::size_t>(rank_) * n;
-    start_and_complete(fp, n * sizeof(T), w, "MPI_Iscatter", [&](MPI_Request* r) {
+    start_and_complete(fp, n * sizeof(T), w, blocking, "MPI_Iscatter", [&](MPI_Request* r) {
       const int c = count(n, fp, w);
-      return MPI_Iscatter(at_root ? in : nullptr, c, type<T>(), in_place ? MPI_IN_PLACE : static_cast<void*>(out), c,
-                          type<T>(), root, st_->comm, r);
+      return either(r, MPI_Iscatter, MPI_Scatter, at_root ? in : nullptr, c, type<T>(),
+                    in_place ? MPI_IN_PLACE : static_cast<void*>(out), c, type<T>(), root, st_->comm);
     });
   }
 
   /// `n` elements per block.
   template <class T>
-  void native_all_to_all(const T* in, T* out, std::size_t n, const fingerprint& fp, const wait_context& w) {
-    start_and_complete(fp, n * sizeof(T), w, "MPI_Ialltoall", [&](MPI_Request* r) {
+  void native_all_to_all(const T* in, T* out, std::size_t n, const fingerprint& fp, const wait_context& w,
+                         bool blocking = false) {
+    start_and_complete(fp, n * sizeof(T), w, blocking, "MPI_Ialltoall", [&](MPI_Request* r) {
       const int c = count(n, fp, w);
-      return MPI_Ialltoall(in, c, type<T>(), out, c, type<T>(), st_->comm, r);
+      return either(r, MPI_Ialltoall, MPI_Alltoall, in, c, type<T>(), out, c, type<T>(), st_->comm);
     });
   }
 
   /// `n` elements per rank's block of the result.
   template <class T, class Op>
   void native_reduce_scatter(const T* in, T* out, std::size_t n, const Op&, const fingerprint& fp,
-                             const wait_context& w) {
-    start_and_complete(fp, n * sizeof(T), w, "MPI_Ireduce_scatter_block", [&](MPI_Request* r) {
-      return MPI_Ireduce_scatter_block(in, out, count(n, fp, w), type<T>(), reduce_op_of<Op, T>(), st_->comm, r);
+                             const wait_context& w, bool blocking = false) {
+    start_and_complete(fp, n * sizeof(T), w, blocking, "MPI_Ireduce_scatter_block", [&](MPI_Request* r) {
+      return either(r, MPI_Ireduce_scatter_block, MPI_Reduce_scatter_block, in, out, count(n, fp, w), type<T>(),
+                    reduce_op_of<Op, T>(), st_->comm);
     });
   }
 
-  void native_barrier(const fingerprint& fp, const wait_context& w) {
-    start_and_complete(fp, 0, w, "MPI_Ibarrier", [&](MPI_Request* r) { return MPI_Ibarrier(st_->comm, r); });
+  void native_barrier(const fingerprint& fp, const wait_context& w, bool blocking = false) {
+    start_and_complete(fp, 0, w, blocking, "MPI_Ibarrier",
+                       [&](MPI_Request* r) { return either(r, MPI_Ibarrier, MPI_Barrier, st_->comm); });
   }
 
  private:
@@ -548,6 +581,7 @@ class mpi {
     check(MPI_Comm_set_errhandler(st_->comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", where);
     check(MPI_Comm_rank(st_->comm, &rank_), "MPI_Comm_rank", where);
     check(MPI_Comm_size(st_->comm, &size_), "MPI_Comm_size", where);
+    st_->oversubscribed = detail::mpi_impl::oversubscribed();
     void* ub = nullptr;
     int flag = 0;
     check(MPI_Comm_get_attr(st_->comm, MPI_TAG_UB, &ub, &flag), "MPI_Comm_get_attr", where);
@@ -660,10 +694,22 @@ class mpi {
     });
   }
 
-  /// Starts a non-blocking collective with `start(&request)` and waits for it.
+  /// The non-blocking form `nb(args..., request)` when there is a request to fill, else the
+  /// blocking form `b(args...)`.
+  template <class NB, class B, class... A>
+  static int either(MPI_Request* request, NB nb, B b, A... args) {
+    return request ? nb(args..., request) : b(args...);
+  }
+
+  /// Starts a non-blocking collective with `start(&request)` and waits for it under the
+  /// deadline; with `blocking`, runs the blocking form (`start(nullptr)`) instead.
   template <class Start>
-  void start_and_complete(const fingerprint& fp, std::size_t bytes, const wait_context& w, const char* call,
-                          Start start) {
+  void start_and_complete(const fingerprint& fp, std::size_t bytes, const wait_context& w, bool blocking,
+                          const char* call, Start start) {
+    if (blocking) {
+      detail::mpi_impl::check(start(nullptr), call, [&] { return where(fp, w) + " (blocking form)"; });
+      return;
+    }
     MPI_Request req = MPI_REQUEST_NULL;
     detail::mpi_impl::check(start(&req), call, [&] { return where(fp, w); });
     complete(req, fp, bytes, w, call);
@@ -689,8 +735,19 @@ class mpi {
   template <class Ready>
   void drive(const wait_context& w, const header& h, int peer, int peer2, const char* doing, Ready ready) {
     using clock = std::chrono::steady_clock;
-    for (int i = 0; i < 128; ++i)
-      if (ready()) return;
+    // Spin first: for 50 us when every local rank has a core (a reply is usually that close; a
+    // yield on a busy host can give the core away for a whole time slice), only a few polls when
+    // ranks outnumber cores, where spinning would starve the rank we wait for.
+    if (st_->oversubscribed) {
+      for (int i = 0; i < 16; ++i)
+        if (ready()) return;
+    } else {
+      const auto until = clock::now() + std::chrono::microseconds(50);
+      for (int i = 1;; ++i) {
+        if (ready()) return;
+        if (i % 32 == 0 && clock::now() > until) break;
+      }
+    }
     const auto start = clock::now();
     const auto deadline = start + w.timeout;
     for (unsigned round = 0;; ++round) {
