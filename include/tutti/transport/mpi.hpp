@@ -25,7 +25,9 @@
 ///   pending point-to-point requests are cancelled, and those MPI cannot cancel in 100 ms are
 ///   freed; a non-blocking collective cannot be cancelled at all and is left pending. Either may
 ///   still complete into (or read from) the buffers of the failed call, so do not reuse them;
-///   end the job (or `MPI_Abort`) rather than carry on.
+///   end the job (or `MPI_Abort`) rather than carry on. A broken communicator's MPI handle is
+///   never freed, so that MPI cannot give its context id (and the messages still in flight on it)
+///   to a later communicator.
 /// - Sub-groups (`sub`) are new MPI communicators, made with `MPI_Comm_create_group`, which only
 ///   the members call (as `communicator::new_group` and `split` do). That call blocks without a
 ///   deadline, but the members have just agreed on the group over point to point.
@@ -268,14 +270,27 @@ struct comm_state {
   MPI_Comm comm = MPI_COMM_NULL;
   int tag_ub = 32767;
   bool oversubscribed = false;  // more ranks on this host than cores
-  std::vector<std::unique_ptr<std::string>> notices;  // failure texts being sent (kept alive)
+  bool broken = false;           // a collective failed on it (`fail` was called)
+  std::vector<std::unique_ptr<std::string>> notices;  // failure notices being sent (kept alive)
 
   comm_state() = default;
   comm_state(const comm_state&) = delete;
   comm_state& operator=(const comm_state&) = delete;
   ~comm_state() {
     if (comm == MPI_COMM_NULL || finalized()) return;
-    MPI_Comm_free(&comm);  // local in practice; pending notices were sent eagerly
+    // A communicator that failed may still have messages in flight to and from it. Freed, its
+    // context id could go to a later communicator, which would then match them (seen: a stale
+    // failure notice raising peer_lost in the next communicator): keep it instead.
+    if (broken) return;
+    for (int flag = 1; flag;) {  // notices nobody waited for
+      MPI_Status st;
+      if (MPI_Iprobe(MPI_ANY_SOURCE, tag_failure, comm, &flag, &st) != MPI_SUCCESS) break;
+      int n = 0;
+      MPI_Get_count(&st, MPI_CHAR, &n);
+      std::string drop(static_cast<std::size_t>(std::max(n, 0)), '\0');
+      if (flag) MPI_Recv(drop.data(), n, MPI_CHAR, st.MPI_SOURCE, tag_failure, comm, MPI_STATUS_IGNORE);
+    }
+    MPI_Comm_free(&comm);  // local in practice; our own notices were sent eagerly
   }
 };
 
@@ -435,8 +450,12 @@ class mpi {
   void fail(std::string_view what) noexcept {
     using namespace detail::mpi_impl;
     if (finalized()) return;
+    st_->broken = true;
     try {
-      auto text = std::make_unique<std::string>(what.substr(0, max_notice));
+      // The communicator's context, then the text: a receiver drops notices of another context.
+      auto text = std::make_unique<std::string>(sizeof context_, '\0');
+      std::memcpy(text->data(), &context_, sizeof context_);
+      text->append(what.substr(0, max_notice));
       for (int r = 0; r < size_; ++r) {
         if (r == rank_) continue;
         MPI_Request req = MPI_REQUEST_NULL;
@@ -592,7 +611,8 @@ class mpi {
   /// when Open MPI's or PMI's are set: mpirun inside an allocation starts its daemons with srun,
   /// so SLURM_PROCID there is a daemon's index, not this rank.
   static void check_environment(int rank, int size) {
-    const bool other_launcher = detail::getenv_nonempty("OMPI_COMM_WORLD_RANK") || detail::getenv_nonempty("PMI_RANK");
+    const bool other_launcher =
+        detail::getenv_nonempty("OMPI_COMM_WORLD_RANK") != nullptr || detail::getenv_nonempty("PMI_RANK") != nullptr;
     for (const auto& c : detail::conventions) {
       if (std::string_view(c.name) == "Slurm" && other_launcher) continue;
       const auto r = detail::env_int(c.rank, 0, 1L << 30), s = detail::env_int(c.size, 1, 1L << 30);
@@ -610,7 +630,6 @@ class mpi {
     return std::string(collective_name(fp.coll)) + "(" + std::string(w.algorithm) + ") on rank " +
            std::to_string(rank_);
   }
-  std::string name(int r) const { return "rank " + std::to_string(r); }
 
   template <class T>
   static MPI_Datatype type() {
@@ -637,7 +656,7 @@ class mpi {
     return {tag_p2p + 2 * static_cast<int>(t), tag_p2p + 2 * static_cast<int>(t) + 1};
   }
 
-  /// Posts the payload pieces of a message (send or receive) into `rs`.
+  /// Calls `post(offset, bytes)` for each piece of a payload (one, unless it exceeds `max_piece`).
   template <class Post>
   static void pieces(std::size_t bytes, Post post) {
     for (std::size_t at = 0; at < bytes; at += detail::mpi_impl::max_piece)
@@ -786,6 +805,10 @@ class mpi {
     std::string text(static_cast<std::size_t>(std::max(n, 0)), '\0');
     check(MPI_Recv(text.data(), n, MPI_CHAR, status.MPI_SOURCE, tag_failure, st_->comm, MPI_STATUS_IGNORE),
           "MPI_Recv", at);
+    std::uint64_t context = ~context_;
+    if (text.size() >= sizeof context) std::memcpy(&context, text.data(), sizeof context);
+    if (context != context_) return;  // from an earlier communicator that MPI gave the same id
+    text.erase(0, sizeof context);
     throw peer_lost(at() + ": rank " + std::to_string(status.MPI_SOURCE) + " failed while rank " +
                     std::to_string(rank_) + " waited" + (peer >= 0 ? " for it" : " in this collective") + ": " + text);
   }
