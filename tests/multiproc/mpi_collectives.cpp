@@ -5,6 +5,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <climits>
 #include <cstdlib>
 #include <numeric>
 #include <optional>
@@ -218,6 +219,28 @@ TEST_CASE("over mpi: a rank that never comes raises timeout_error naming it") {
     CHECK(contains(what, "timed out after 0.5 s"));
   }
   world().barrier();
+}
+
+TEST_CASE("over mpi: MPI's errors return as tutti errors with MPI's text; tags beyond MPI_TAG_UB are usage errors") {
+  auto comm = fresh(std::chrono::seconds(20));
+  std::vector<float> v(4);
+  fingerprint fp;
+  fp.coll = collective::broadcast;
+  std::string what;
+  // A root outside the group: MPI_ERRORS_RETURN on our communicator turns MPI's argument check
+  // (on by default: Open MPI's mpi_param_check) into a throw.
+  const kind k = outcome([&] { comm.transport().native_broadcast(v.data(), v.size(), 99, fp, wait_context{}); }, what);
+  INFO(what);
+  CHECK(k == kind::aborted);
+  CHECK(contains(what, "MPI_Ibcast failed: MPI_ERR_ROOT"));
+  if (comm.rank() < 2) {
+    const int peer = 1 - comm.rank();
+    CHECK(outcome([&] { comm.send(view(v), peer, INT_MAX); }, what) == kind::usage);
+    CHECK(contains(what, "MPI_TAG_UB"));
+    comm.send(view(v), peer, 5);  // a usage error leaves the communicator usable
+    comm.recv(view(v), peer, 5);
+  }
+  comm.barrier();
 }
 
 TEST_CASE("over mpi: from_env checks the launcher's variables against MPI") {
