@@ -7,6 +7,7 @@
 #include "tutti/algorithm/automatic.hpp"
 #include "tutti/algorithm/channel.hpp"
 #include "tutti/algorithm/direct.hpp"
+#include "tutti/algorithm/native.hpp"
 #include "tutti/algorithm/recursive_doubling.hpp"
 #include "tutti/algorithm/ring.hpp"
 #include "tutti/algorithm/schedule.hpp"

@@ -287,7 +287,8 @@ TEST_CASE("override_table::parse: empty text overrides nothing") {
 }
 
 TEST_CASE("override_table::parse: one name applies to every collective the algorithm has") {
-  for (auto a : {choice::ring, choice::tree, choice::recursive_doubling, choice::direct, choice::shared_memory}) {
+  for (auto a : {choice::ring, choice::tree, choice::recursive_doubling, choice::direct, choice::shared_memory,
+                 choice::native}) {
     const std::string name(automatic::choice_name(a));
     CAPTURE(name);
     for (const std::string& text : {name, "  " + name + " "}) {
@@ -312,6 +313,7 @@ TEST_CASE("override_table::parse: one name applies to every collective the algor
   CHECK(automatic::supports(choice::recursive_doubling, collective::all_reduce));
   CHECK(automatic::supports(choice::tree, collective::scatter));
   for (auto c : all_collectives) CHECK(automatic::supports(choice::shared_memory, c));
+  for (auto c : all_collectives) CHECK(automatic::supports(choice::native, c));
   for (auto a : {choice::ring, choice::tree, choice::recursive_doubling, choice::direct}) {
     CHECK(automatic::supports(a, collective::all_reduce));
     CHECK(automatic::supports(a, collective::barrier));

@@ -884,4 +884,19 @@ TEST_CASE("after a failure that is not a usage error the communicator refuses ev
     for (const auto& s : seen[static_cast<std::size_t>(r)]) FAIL_CHECK("rank " << r << ": " << s << " (expected errc::aborted)");
 }
 
+TEST_CASE("config_error: TUTTI_ALGO names an algorithm the transport has no capability for") {
+  for (const char* name : {"native", "shared_memory", "all_reduce=native"}) {
+    CAPTURE(name);
+    config cfg;
+    cfg.algo_override = name;
+    const std::string want = std::string(name).find("native") != std::string::npos ? "native" : "shared_memory";
+    try {
+      communicator<inproc> comm(inproc(std::make_shared<inproc::world>(1), 0), algo::automatic{}, cfg);
+      FAIL_CHECK("no config_error for TUTTI_ALGO=" << name);
+    } catch (const config_error& e) {
+      CHECK(contains(e.what(), "TUTTI_ALGO names " + want));
+    }
+  }
+}
+
 TEST_SUITE_END();

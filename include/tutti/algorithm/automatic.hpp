@@ -21,7 +21,8 @@
 ///
 /// On a transport with shared windows (`tutti::shm`), every collective runs `shared_memory`'s
 /// native schedule: loads and stores instead of messages, p−1 fewer copies than any
-/// point-to-point schedule.
+/// point-to-point schedule. `native` (the transport's own collectives, e.g. MPI's) is never
+/// chosen by the rule: only by `TUTTI_ALGO` (see native.hpp for why).
 ///
 /// `TUTTI_ALGO` overrides the rule: either one algorithm name, used for every collective it
 /// has a schedule for (`TUTTI_ALGO=ring`), or a comma-separated list of `collective=algorithm`
@@ -37,6 +38,7 @@
 
 #include "tutti/algorithm/algorithm.hpp"
 #include "tutti/algorithm/direct.hpp"
+#include "tutti/algorithm/native.hpp"
 #include "tutti/algorithm/recursive_doubling.hpp"
 #include "tutti/algorithm/shared_memory.hpp"
 #include "tutti/algorithm/ring.hpp"
@@ -49,13 +51,14 @@ struct automatic {
   static constexpr std::string_view name = "automatic";
 
   /// The concrete algorithms automatic chooses among; their knobs are used as set here.
-  enum class choice : unsigned char { ring, tree, recursive_doubling, direct, shared_memory };
+  enum class choice : unsigned char { ring, tree, recursive_doubling, direct, shared_memory, native };
 
   algo::ring ring{};
   algo::tree tree{};
   algo::recursive_doubling recursive_doubling{};
   algo::direct direct{};
   algo::shared_memory shared_memory{};
+  algo::native native{};
 
   /// Thresholds of the rule above, in bytes.
   std::size_t small_all_reduce_bytes = std::size_t{16} << 10;
@@ -105,12 +108,13 @@ struct automatic {
       case choice::tree: return f(tree);
       case choice::recursive_doubling: return f(recursive_doubling);
       case choice::shared_memory: return f(shared_memory);
+      case choice::native: return f(native);
       default: return f(direct);
     }
   }
 
   static constexpr std::string_view choice_name(choice c) noexcept {
-    constexpr std::string_view names[] = {"ring", "tree", "recursive_doubling", "direct", "shared_memory"};
+    constexpr std::string_view names[] = {"ring", "tree", "recursive_doubling", "direct", "shared_memory", "native"};
     return names[static_cast<int>(c)];
   }
 
@@ -128,10 +132,10 @@ struct automatic {
             algorithm_for<A, collective::all_to_all>, algorithm_for<A, collective::reduce_scatter>,
             algorithm_for<A, collective::barrier>};
   }
-  static constexpr std::array<std::array<bool, 9>, 5> support_table() {
-    // shared_memory has every collective, on transports with shared windows.
-    return {row<algo::ring>(), row<algo::tree>(), row<algo::recursive_doubling>(), row<algo::direct>(),
-            std::array<bool, 9>{true, true, true, true, true, true, true, true, true}};
+  static constexpr std::array<std::array<bool, 9>, 6> support_table() {
+    // shared_memory and native have every collective, on transports with the capability.
+    constexpr std::array<bool, 9> all{true, true, true, true, true, true, true, true, true};
+    return {row<algo::ring>(), row<algo::tree>(), row<algo::recursive_doubling>(), row<algo::direct>(), all, all};
   }
 };
 
@@ -143,11 +147,11 @@ inline automatic::override_table automatic::override_table::parse(std::string_vi
     return s;
   };
   auto algo_named = [&](std::string_view n) -> choice {
-    for (int i = 0; i < 5; ++i)
+    for (int i = 0; i < 6; ++i)
       if (choice_name(static_cast<choice>(i)) == n) return static_cast<choice>(i);
     if (n == "automatic") throw config_error("TUTTI_ALGO: 'automatic' is the default; leave the collective out instead");
     throw config_error("TUTTI_ALGO: unknown algorithm '" + std::string(n) +
-                       "' (expected ring, tree, recursive_doubling or direct)");
+                       "' (expected ring, tree, recursive_doubling, direct, shared_memory or native)");
   };
   auto collective_named = [&](std::string_view n) -> collective {
     for (int i = 0; i < 9; ++i)

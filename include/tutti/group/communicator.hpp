@@ -95,6 +95,11 @@ class communicator {
         if (o == algo::automatic::choice::shared_memory)
           throw config_error("TUTTI_ALGO names shared_memory, which needs a transport with shared windows "
                              "(tutti::shm); this communicator's transport has none");
+    if constexpr (!native_collectives<Transport>)
+      for (const auto& o : overrides_.per_collective)
+        if (o == algo::automatic::choice::native)
+          throw config_error("TUTTI_ALGO names native, which needs a transport with collectives of its own "
+                             "(tutti::mpi); this communicator's transport has none");
   }
 
   /// Joins the job the environment describes (`Transport::from_env()`, e.g. `tutti::shm`).

@@ -1,0 +1,148 @@
+/// \file
+/// `tutti::algo::native`: hands each collective to the transport's own implementation, for
+/// transports that have one (the `native_collectives` capability: `tutti::mpi`, where each call
+/// becomes MPI's non-blocking collective, `MPI_Iallreduce`, `MPI_Ibcast`, ..., completed under
+/// the call's deadline). The schedule and its cost are the library's (Open MPI's `coll` tuned or
+/// libnbc component picks one per call); tutti only maps the element type and the op.
+///
+/// MPI's collectives carry no tutti header, so before each one the ranks agree on the call's
+/// fingerprint with one small all-reduce (the fingerprint and its complement, under MPI_MAX: the
+/// min and the max of every field at once). Ranks that disagree get `mismatch_error` naming the
+/// first rank that differs and both values, instead of MPI's truncation error, wrong numbers or
+/// a hang. It costs one 96-byte all-reduce per call (a few µs on one host); latency-bound users
+/// who trust their call sites can turn it off with `.check_fingerprint = false`.
+///
+/// Deadlines: by default each call is MPI's non-blocking form, polled under the call's deadline,
+/// so a rank that never joins gives `timeout_error`, as everywhere in tutti. Open MPI runs those
+/// through libnbc, which is slower than its tuned blocking collectives (several times so for
+/// small messages, on one host at 2 ranks). `.blocking = true` calls the blocking forms
+/// (`MPI_Allreduce`, ...): the fastest path, but nothing bounds the wait any more: a rank that
+/// never joins hangs the call, as in plain MPI.
+///
+/// Not chosen by `automatic` on its own (it keeps to the point-to-point schedules, whose results
+/// are bitwise identical on every rank and whose every message is checked): ask for it by type
+/// (`communicator<mpi, algo::native>`, `comm.all_reduce(v, op, algo::native{})`) or with
+/// `TUTTI_ALGO=native`. A communicator whose transport lacks the capability rejects the name.
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <string_view>
+
+#include "tutti/algorithm/algorithm.hpp"
+#include "tutti/op/ops.hpp"
+#include "tutti/transport/transport.hpp"
+
+namespace tutti {
+
+/// Capability: the transport runs collectives itself. Each call blocks until this rank's part is
+/// done (or the deadline passes: `timeout_error`; with `blocking`, the transport may wait without
+/// one); in-place forms are recognised from the pointers exactly as the communicator allows them
+/// (in == out, or `in` is this rank's block).
+template <class T>
+concept native_collectives =
+    transport<T> && requires(T& t, const float* in, float* out, std::size_t n, int root, const fingerprint& fp,
+                             const wait_context& w, bool blocking) {
+      t.native_agree(fp, w, blocking);
+      t.native_broadcast(out, n, root, fp, w, blocking);
+      t.native_reduce(in, out, n, root, op::sum{}, fp, w, blocking);
+      t.native_all_reduce(in, out, n, op::sum{}, fp, w, blocking);
+      t.native_gather(in, out, n, root, fp, w, blocking);
+      t.native_all_gather(in, out, n, fp, w, blocking);
+      t.native_scatter(in, out, n, root, fp, w, blocking);
+      t.native_all_to_all(in, out, n, fp, w, blocking);
+      t.native_reduce_scatter(in, out, n, op::sum{}, fp, w, blocking);
+      t.native_barrier(fp, w, blocking);
+    };
+
+namespace algo {
+
+struct native {
+  static constexpr std::string_view name = "native";
+  /// Agree on the fingerprint before each collective (see the file comment).
+  bool check_fingerprint = true;
+  /// Use MPI's blocking collectives: faster, but no deadline (see the file comment).
+  bool blocking = false;
+
+  template <class Ch, class T>
+    requires native_collectives<typename Ch::transport_type>
+  void broadcast(Ch& ch, view<T> buf, int root) const {
+    agree(ch);
+    ch.transport().native_broadcast(buf.data(), buf.size(), root, ch.fp(), ch.wait(), blocking);
+  }
+
+  /// Non-root buffers are only read (MPI's send buffer); the root reduces in place.
+  template <class Ch, class T, class Op>
+    requires native_collectives<typename Ch::transport_type>
+  void reduce(Ch& ch, view<T> buf, int root, const Op& op) const {
+    agree(ch);
+    ch.transport().native_reduce(static_cast<const T*>(buf.data()), buf.data(), buf.size(), root, op, ch.fp(),
+                                 ch.wait(), blocking);
+  }
+
+  template <class Ch, class T, class Op>
+    requires native_collectives<typename Ch::transport_type>
+  void all_reduce(Ch& ch, view<T> buf, const Op& op) const {
+    all_reduce(ch, view<const T>(buf), buf, op);
+  }
+  template <class Ch, class T, class Op>
+    requires native_collectives<typename Ch::transport_type>
+  void all_reduce(Ch& ch, view<const T> in, view<T> out, const Op& op) const {
+    agree(ch);
+    ch.transport().native_all_reduce(in.data(), out.data(), in.size(), op, ch.fp(), ch.wait(), blocking);
+  }
+
+  template <class Ch, class T>
+    requires native_collectives<typename Ch::transport_type>
+  void gather(Ch& ch, view<const T> in, view<T> out, int root) const {
+    agree(ch);
+    ch.transport().native_gather(in.data(), out.data(), in.size(), root, ch.fp(), ch.wait(), blocking);
+  }
+
+  template <class Ch, class T>
+    requires native_collectives<typename Ch::transport_type>
+  void all_gather(Ch& ch, view<const T> in, view<T> out) const {
+    agree(ch);
+    ch.transport().native_all_gather(in.data(), out.data(), in.size(), ch.fp(), ch.wait(), blocking);
+  }
+
+  template <class Ch, class T>
+    requires native_collectives<typename Ch::transport_type>
+  void scatter(Ch& ch, view<const T> in, view<T> out, int root) const {
+    agree(ch);
+    ch.transport().native_scatter(in.data(), out.data(), out.size(), root, ch.fp(), ch.wait(), blocking);
+  }
+
+  template <class Ch, class T>
+    requires native_collectives<typename Ch::transport_type>
+  void all_to_all(Ch& ch, view<const T> in, view<T> out) const {
+    agree(ch);
+    ch.transport().native_all_to_all(in.data(), out.data(), in.size() / static_cast<std::size_t>(ch.size()), ch.fp(),
+                                     ch.wait(), blocking);
+  }
+
+  template <class Ch, class T, class Op>
+    requires native_collectives<typename Ch::transport_type>
+  void reduce_scatter(Ch& ch, view<const T> in, view<T> out, const Op& op) const {
+    agree(ch);
+    ch.transport().native_reduce_scatter(in.data(), out.data(), out.size(), op, ch.fp(), ch.wait(), blocking);
+  }
+
+  template <class Ch>
+    requires native_collectives<typename Ch::transport_type>
+  void barrier(Ch& ch) const {
+    agree(ch);
+    ch.transport().native_barrier(ch.fp(), ch.wait(), blocking);
+  }
+
+ private:
+  template <class Ch>
+  void agree(Ch& ch) const {
+    if (check_fingerprint) ch.transport().native_agree(ch.fp(), ch.wait(), blocking);
+  }
+};
+
+static_assert(algorithm<native>);
+
+}  // namespace algo
+}  // namespace tutti

@@ -1,0 +1,825 @@
+/// \file
+/// `tutti::mpi`: the ranks of an MPI job (`mpirun`, `srun`), over MPI. Needs `<mpi.h>` and the
+/// CMake target `tutti::mpi`; not included by `tutti/tutti.hpp`.
+///
+/// - Start-up (`mpi::from_env`): initialises MPI (`MPI_Init_thread`, asking for
+///   `MPI_THREAD_MULTIPLE`) unless the program already did, and then finalises it at exit; checks
+///   that the launcher's variables (`OMPI_COMM_WORLD_*`, `SLURM_PROCID`/`SLURM_NTASKS`,
+///   `PMI_RANK`/`PMI_SIZE`, and `RANK`/`WORLD_SIZE`, `TUTTI_*` if set) agree with MPI's rank and
+///   size; duplicates `MPI_COMM_WORLD` (`mpi::create` duplicates any communicator of yours) and
+///   sets `MPI_ERRORS_RETURN` on the duplicate, so MPI errors become `tutti::error`s carrying
+///   `MPI_Error_string`'s text instead of aborting the job.
+/// - Point to point: a message is two MPI messages on the transport's own communicator, the
+///   header (fingerprint and byte count) and then the payload, with distinct tags (collectives
+///   and each user tag have their own pair, so user tags may be received in any order). The
+///   receiver receives and checks the header (`detail::check_header`) before it posts the
+///   payload's receive straight into the destination: no staging beyond what MPI itself does for
+///   small (eager) messages. Payloads above 1 GiB go as several messages (MPI counts are `int`).
+/// - Deadlines: every wait is `MPI_Isend`/`MPI_Irecv` (or a non-blocking collective) and an
+///   `MPI_Test` loop that spins briefly, then yields, then sleeps in short steps, and raises
+///   `timeout_error` naming the peer, the collective, the algorithm and the bytes. While it
+///   waits, it looks for a failure notice from the peer (`fail`, which the communicator calls
+///   when a collective fails on a rank), so peers of a failed rank raise `peer_lost` at once.
+///   (`algo::native{.blocking = true}` opts out: MPI's blocking collectives, no deadline.)
+/// - After a timeout or another failure the communicator is broken (as every communicator is):
+///   pending point-to-point requests are cancelled, and those MPI cannot cancel in 100 ms are
+///   freed; a non-blocking collective cannot be cancelled at all and is left pending. Either may
+///   still complete into (or read from) the buffers of the failed call, so do not reuse them;
+///   end the job (or `MPI_Abort`) rather than carry on. A broken communicator's MPI handle is
+///   never freed, so that MPI cannot give its context id (and the messages still in flight on it)
+///   to a later communicator.
+/// - Sub-groups (`sub`) are new MPI communicators, made with `MPI_Comm_create_group`, which only
+///   the members call (as `communicator::new_group` and `split` do). That call blocks without a
+///   deadline, but the members have just agreed on the group over point to point.
+/// - `algo::native` runs MPI's own collectives on it (`native_*` below); built-in ops on built-in
+///   element types map to `MPI_SUM`, ...; other pairs (float16, bfloat16, bool, user types and
+///   ops) run tutti's kernels in a user `MPI_Op`.
+///
+/// Ranks must run the same build on the same architecture (headers travel as raw bytes).
+#pragma once
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "tutti/algorithm/native.hpp"
+#include "tutti/bootstrap/env.hpp"
+#include "tutti/core/config.hpp"
+#include "tutti/core/dtype.hpp"
+#include "tutti/core/error.hpp"
+#include "tutti/core/fingerprint.hpp"
+#include "tutti/op/kernels.hpp"
+#include "tutti/op/ops.hpp"
+#include "tutti/transport/transport.hpp"
+
+namespace tutti {
+
+namespace detail::mpi_impl {
+
+/// Tags on a transport's communicator: a collective's header and payload, failure notices, then
+/// a (header, payload) pair per user tag t of point to point: 3 + 2t and 4 + 2t.
+inline constexpr int tag_header = 0, tag_payload = 1, tag_failure = 2, tag_p2p = 3;
+/// Largest payload piece: MPI counts are `int`.
+inline std::size_t max_piece = std::size_t{1} << 30;  // not const: tests shrink it to cover the split
+/// Longest failure notice (short enough to go eagerly, so sending it never blocks).
+inline constexpr std::size_t max_notice = 1000;
+
+inline bool finalized() noexcept {
+  int f = 0;
+  MPI_Finalized(&f);
+  return f != 0;
+}
+
+inline std::string error_text(int rc) {
+  char buf[MPI_MAX_ERROR_STRING] = {};
+  int len = 0;
+  if (MPI_Error_string(rc, buf, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(rc);
+  return std::string(buf, static_cast<std::size_t>(len));
+}
+
+/// Where an error happened: a string, or a function that makes one (only when it is needed, so
+/// the calls that succeed build no strings).
+template <class Where>
+std::string describe(const Where& where) {
+  if constexpr (std::is_invocable_v<const Where&>) return where();
+  else return std::string(where);
+}
+
+/// An MPI return code as a tutti error: truncation means the ranks disagree; anything else
+/// leaves the communicator unusable.
+template <class Where>
+void check(int rc, const char* call, const Where& where) {
+  if (rc == MPI_SUCCESS) [[likely]] return;
+  int cls = rc;
+  MPI_Error_class(rc, &cls);
+  std::string msg = describe(where) + ": " + call + " failed: " + error_text(rc);
+  if (cls == MPI_ERR_TRUNCATE) throw mismatch_error(msg);
+  throw error(errc::aborted, msg);
+}
+
+template <class Where>
+int as_count(std::size_t n, const Where& where) {
+  if (n > static_cast<std::size_t>(INT_MAX)) [[unlikely]]
+    throw usage_error(describe(where) + ": " + std::to_string(n) +
+                      " elements per call (or per rank's block) exceed MPI's int count; split the call");
+  return static_cast<int>(n);
+}
+
+/// Finalises MPI at exit when tutti initialised it (a function-local static, made right after
+/// `MPI_Init_thread`, so communicators kept in statics made later are destroyed before it).
+struct finalizer {
+  ~finalizer() {
+    int init = 0;
+    MPI_Initialized(&init);
+    if (init && !finalized()) MPI_Finalize();
+  }
+};
+
+/// The fingerprint as six words with no padding bytes (for agreement and comparison).
+inline constexpr int fp_words = 6;
+inline void encode(const fingerprint& f, std::uint64_t* w) noexcept {
+  w[0] = f.context;
+  w[1] = f.seq;
+  w[2] = f.count;
+  w[3] = f.dtype | (std::uint64_t{f.op} << 32);
+  w[4] = static_cast<std::uint32_t>(f.root) | (std::uint64_t{f.algo} << 32);
+  w[5] = static_cast<std::uint64_t>(f.coll) | (std::uint64_t{f.elem_size} << 8) | (std::uint64_t{f.reserved} << 16);
+}
+inline fingerprint decode(const std::uint64_t* w) noexcept {
+  fingerprint f;
+  f.context = w[0];
+  f.seq = w[1];
+  f.count = w[2];
+  f.dtype = static_cast<std::uint32_t>(w[3]);
+  f.op = static_cast<std::uint32_t>(w[3] >> 32);
+  f.root = static_cast<std::int32_t>(static_cast<std::uint32_t>(w[4]));
+  f.algo = static_cast<std::uint32_t>(w[4] >> 32);
+  f.coll = static_cast<collective>(w[5] & 0xff);
+  f.elem_size = static_cast<std::uint8_t>(w[5] >> 8);
+  f.reserved = static_cast<std::uint16_t>(w[5] >> 16);
+  return f;
+}
+
+/// The header as it travels (no padding, so no uninitialised bytes on the wire).
+struct wire_header {
+  std::uint64_t fp[fp_words];
+  std::uint64_t bytes;
+};
+
+// ---- element types and ops -----------------------------------------------------------------
+
+/// A committed contiguous type of `bytes` bytes, made once per size (MPI frees it at finalize).
+inline MPI_Datatype opaque_type(std::size_t bytes) {
+  static std::mutex mu;
+  static std::vector<std::pair<std::size_t, MPI_Datatype>> made;
+  std::lock_guard lk(mu);
+  for (auto& [b, t] : made)
+    if (b == bytes) return t;
+  MPI_Datatype t;
+  check(MPI_Type_contiguous(static_cast<int>(bytes), MPI_BYTE, &t), "MPI_Type_contiguous", "tutti::mpi");
+  check(MPI_Type_commit(&t), "MPI_Type_commit", "tutti::mpi");
+  made.emplace_back(bytes, t);
+  return t;
+}
+
+/// MPI has arithmetic for this element type (its predefined ops apply).
+template <class T>
+inline constexpr bool mpi_arithmetic =
+    (std::is_integral_v<T> && !std::is_same_v<T, bool> && (sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 ||
+                                                           sizeof(T) == 8)) ||
+    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, long double>;
+
+/// The MPI datatype of T: a predefined one where MPI has arithmetic for T, else an opaque
+/// contiguous type of sizeof(T) bytes (moved, and reduced by a user op).
+template <class T>
+MPI_Datatype datatype() {
+  using U = std::remove_cv_t<T>;
+  if constexpr (std::is_same_v<U, float>) return MPI_FLOAT;
+  else if constexpr (std::is_same_v<U, double>) return MPI_DOUBLE;
+  else if constexpr (std::is_same_v<U, long double>) return MPI_LONG_DOUBLE;
+  else if constexpr (mpi_arithmetic<U>) {  // every integer type, char included, by size and sign
+    if constexpr (std::is_signed_v<U>) {
+      if constexpr (sizeof(U) == 1) return MPI_INT8_T;
+      else if constexpr (sizeof(U) == 2) return MPI_INT16_T;
+      else if constexpr (sizeof(U) == 4) return MPI_INT32_T;
+      else return MPI_INT64_T;
+    } else {
+      if constexpr (sizeof(U) == 1) return MPI_UINT8_T;
+      else if constexpr (sizeof(U) == 2) return MPI_UINT16_T;
+      else if constexpr (sizeof(U) == 4) return MPI_UINT32_T;
+      else return MPI_UINT64_T;
+    }
+  } else {
+    static const MPI_Datatype t = opaque_type(sizeof(U));
+    return t;
+  }
+}
+
+/// MPI has a predefined op for (Op, T).
+template <class Op, class T>
+constexpr bool has_predefined_op() {
+  if constexpr (!mpi_arithmetic<T>) return false;
+  else if constexpr (std::is_same_v<Op, op::sum> || std::is_same_v<Op, op::prod> || std::is_same_v<Op, op::min> ||
+                     std::is_same_v<Op, op::max>)
+    return true;
+  else return detail::is_bitwise_op<Op> && std::is_integral_v<T>;
+}
+
+/// MPI calls this with inout[i] = in[i] op inout[i]. It cannot carry the op object, so the op
+/// is default-constructed: only stateless ops run natively.
+template <class T, class Op>
+void user_function(void* in, void* inout, int* len, MPI_Datatype*) noexcept {
+  T* io = static_cast<T*>(inout);
+  detail::combine(io, static_cast<const T*>(in), static_cast<const T*>(io), static_cast<std::size_t>(*len), Op{});
+}
+
+template <class Op, class T>
+MPI_Op mpi_op() {
+  if constexpr (has_predefined_op<Op, T>()) {
+    if constexpr (std::is_same_v<Op, op::sum>) return MPI_SUM;
+    else if constexpr (std::is_same_v<Op, op::prod>) return MPI_PROD;
+    else if constexpr (std::is_same_v<Op, op::min>) return MPI_MIN;
+    else if constexpr (std::is_same_v<Op, op::max>) return MPI_MAX;
+    else if constexpr (std::is_same_v<Op, op::band>) return MPI_BAND;
+    else if constexpr (std::is_same_v<Op, op::bor>) return MPI_BOR;
+    else return MPI_BXOR;
+  } else {
+    static_assert(std::is_empty_v<Op> && std::is_default_constructible_v<Op>,
+                  "tutti::algo::native: MPI calls a user reduce op through a plain function pointer, so the op "
+                  "must be stateless (an empty, default-constructible type); use another algorithm for an op "
+                  "with state");
+    // Ops are assumed commutative (see ops.hpp), which lets MPI reorder operands.
+    static const MPI_Op o = [] {
+      MPI_Op made;
+      check(MPI_Op_create(&user_function<T, Op>, 1, &made), "MPI_Op_create", "tutti::mpi");
+      return made;
+    }();
+    return o;
+  }
+}
+
+/// More ranks on this host than cores, by the launcher's local size. (Not by this process's CPU
+/// affinity: mpirun binds each rank to a core or a socket, which says nothing of the others.)
+inline bool oversubscribed() {
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE", "LOCAL_WORLD_SIZE"}) {
+    const char* v = detail::getenv_nonempty(var);
+    if (!v) continue;
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);  // Slurm may say "2(x3)": the leading number is ours
+    if (end != v) return n > static_cast<long>(std::max(1u, std::thread::hardware_concurrency()));
+  }
+  return false;
+}
+
+/// One transport's communicator and what its copies share.
+struct comm_state {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int tag_ub = 32767;
+  bool oversubscribed = false;  // more ranks on this host than cores
+  bool broken = false;           // a collective failed on it (`fail` was called)
+  std::vector<std::unique_ptr<std::string>> notices;  // failure notices being sent (kept alive)
+
+  comm_state() = default;
+  comm_state(const comm_state&) = delete;
+  comm_state& operator=(const comm_state&) = delete;
+  ~comm_state() {
+    if (comm == MPI_COMM_NULL || finalized()) return;
+    // A communicator that failed may still have messages in flight to and from it. Freed, its
+    // context id could go to a later communicator, which would then match them (seen: a stale
+    // failure notice raising peer_lost in the next communicator): keep it instead.
+    if (broken) return;
+    for (int flag = 1; flag;) {  // notices nobody waited for
+      MPI_Status st;
+      if (MPI_Iprobe(MPI_ANY_SOURCE, tag_failure, comm, &flag, &st) != MPI_SUCCESS) break;
+      int n = 0;
+      MPI_Get_count(&st, MPI_CHAR, &n);
+      std::string drop(static_cast<std::size_t>(std::max(n, 0)), '\0');
+      if (flag) MPI_Recv(drop.data(), n, MPI_CHAR, st.MPI_SOURCE, tag_failure, comm, MPI_STATUS_IGNORE);
+    }
+    MPI_Comm_free(&comm);  // local in practice; our own notices were sent eagerly
+  }
+};
+
+/// The requests of one blocking call. Whatever is still active when it is destroyed (the call
+/// failed) is cancelled, given 100 ms to finish cancelling, then freed.
+class request_set {
+ public:
+  request_set() = default;
+  request_set(const request_set&) = delete;
+  request_set& operator=(const request_set&) = delete;
+  ~request_set() {
+    if (finalized()) return;
+    bool any = false;
+    for (auto& r : reqs_)
+      if (r != MPI_REQUEST_NULL) {
+        MPI_Cancel(&r);
+        any = true;
+      }
+    if (!any) return;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+    for (;;) {
+      bool left = false;
+      for (auto& r : reqs_)
+        if (r != MPI_REQUEST_NULL) {
+          int done = 0;
+          if (MPI_Test(&r, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || done) r = MPI_REQUEST_NULL;
+          else left = true;
+        }
+      if (!left) return;
+      if (std::chrono::steady_clock::now() > until) break;
+      std::this_thread::yield();
+    }
+    for (auto& r : reqs_)
+      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+  }
+  /// Room for n requests: call before the first `add`, so the pointers it returns stay valid.
+  void reserve(std::size_t n) { reqs_.reserve(n); }
+  MPI_Request* add() {
+    reqs_.push_back(MPI_REQUEST_NULL);
+    return &reqs_.back();
+  }
+  std::size_t size() const { return reqs_.size(); }
+  MPI_Request& operator[](std::size_t i) { return reqs_[i]; }
+
+  /// Tests requests [from, size()); true when all are complete.
+  template <class Where>
+  bool test(std::size_t from, const Where& where) {
+    for (std::size_t i = from; i < reqs_.size(); ++i) {
+      if (reqs_[i] == MPI_REQUEST_NULL) continue;
+      int done = 0;
+      check(MPI_Test(&reqs_[i], &done, MPI_STATUS_IGNORE), "MPI_Test", where);
+      if (!done) return false;
+    }
+    return true;
+  }
+
+ private:
+  std::vector<MPI_Request> reqs_;
+};
+
+}  // namespace detail::mpi_impl
+
+/// The MPI transport (see the file comment). Value type; copies share the MPI communicator.
+class mpi {
+ public:
+  /// Joins the MPI job: initialises MPI if needed, checks the launcher's variables against MPI's
+  /// rank and size (`config_error` naming the variable that contradicts), and duplicates
+  /// `MPI_COMM_WORLD`, waiting for the other ranks up to `TUTTI_TIMEOUT`.
+  static mpi from_env() {
+    const config cfg = config::from_env();
+    int init = 0;
+    MPI_Initialized(&init);
+    if (!init) {
+      if (detail::mpi_impl::finalized())
+        throw usage_error("tutti::mpi::from_env: MPI was already finalized; it cannot be initialised again");
+      int provided = 0;
+      detail::mpi_impl::check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread",
+                              "tutti::mpi::from_env");
+      static detail::mpi_impl::finalizer at_exit;
+      (void)at_exit;
+    }
+    int rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    check_environment(rank, size);
+    return create(MPI_COMM_WORLD, cfg.timeout);
+  }
+
+  /// A transport over a duplicate of `parent` (every rank of `parent` calls it; MPI must be
+  /// initialised). Waits for the others up to `timeout`.
+  static mpi create(MPI_Comm parent, std::chrono::milliseconds timeout) {
+    using namespace detail::mpi_impl;
+    // MPI writes the new handle when the duplication completes, which after a timeout may be
+    // never or later: the handle and the request live on the heap and are leaked in that case
+    // (a non-blocking collective cannot be cancelled).
+    auto pending = std::make_unique<std::pair<MPI_Comm, MPI_Request>>(MPI_COMM_NULL, MPI_REQUEST_NULL);
+    check(MPI_Comm_idup(parent, &pending->first, &pending->second), "MPI_Comm_idup", "tutti::mpi");
+    mpi t(std::make_shared<comm_state>(), 0);
+    header h;
+    h.fp.coll = collective::group;
+    try {
+      t.drive(wait_context{timeout, "start-up"}, h, no_notices, -1, "to duplicate the communicator with", [&] {
+        int done = 0;
+        check(MPI_Test(&pending->second, &done, MPI_STATUS_IGNORE), "MPI_Comm_idup", "tutti::mpi start-up");
+        return done != 0;
+      });
+    } catch (...) {
+      (void)pending.release();
+      throw;
+    }
+    t.st_->comm = pending->first;
+    t.adopt();
+    return t;
+  }
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  /// The transport's own MPI communicator (a duplicate; do not free it).
+  MPI_Comm native_handle() const noexcept { return st_->comm; }
+
+  /// The transport of a sub-group: `members` are ranks of this group, in the new rank order.
+  /// Only the members call it (see the file comment).
+  mpi sub(std::span<const int> members, std::uint64_t context) const {
+    using namespace detail::mpi_impl;
+    const std::string where = "tutti::mpi::sub";
+    MPI_Group parent, picked;
+    check(MPI_Comm_group(st_->comm, &parent), "MPI_Comm_group", where);
+    std::vector<int> ranks(members.begin(), members.end());
+    const int rc = MPI_Group_incl(parent, static_cast<int>(ranks.size()), ranks.data(), &picked);
+    MPI_Group_free(&parent);
+    check(rc, "MPI_Group_incl", where);
+    auto st = std::make_shared<comm_state>();
+    const int rc2 = MPI_Comm_create_group(st_->comm, picked, static_cast<int>(context & 0x7fff), &st->comm);
+    MPI_Group_free(&picked);
+    check(rc2, "MPI_Comm_create_group", where);
+    mpi t(std::move(st), context);
+    t.adopt();
+    return t;
+  }
+
+  // ---- point to point ---------------------------------------------------------------------
+
+  void send(int peer, const header& h, const std::byte* data, const wait_context& w) {
+    exchange(peer, &h, data, -1, nullptr, nullptr, w);
+  }
+  void recv(int peer, const header& h, std::byte* data, const wait_context& w) {
+    exchange(-1, nullptr, nullptr, peer, &h, data, w);
+  }
+  /// Full duplex: the receive and the send are posted together.
+  void sendrecv(int to, const header& hs, const std::byte* sdata, int from, const header& hr, std::byte* rdata,
+                const wait_context& w) {
+    exchange(to, &hs, sdata, from, &hr, rdata, w);
+  }
+
+  /// Tells the group's other ranks that this one failed, so those waiting for it raise
+  /// `peer_lost` with `what` instead of timing out. Never blocks.
+  void fail(std::string_view what) noexcept {
+    using namespace detail::mpi_impl;
+    if (finalized()) return;
+    st_->broken = true;
+    try {
+      // The communicator's context, then the text: a receiver drops notices of another context.
+      auto text = std::make_unique<std::string>(sizeof context_, '\0');
+      std::memcpy(text->data(), &context_, sizeof context_);
+      text->append(what.substr(0, max_notice));
+      for (int r = 0; r < size_; ++r) {
+        if (r == rank_) continue;
+        MPI_Request req = MPI_REQUEST_NULL;
+        if (MPI_Isend(text->data(), static_cast<int>(text->size()), MPI_CHAR, r, tag_failure, st_->comm, &req) ==
+            MPI_SUCCESS)
+          MPI_Request_free(&req);  // completes on its own; the text lives as long as the communicator
+      }
+      st_->notices.push_back(std::move(text));
+    } catch (...) {
+    }
+  }
+
+  // ---- native collectives (algo::native) ----------------------------------------------------
+
+  /// Every rank's fingerprint is the same, or `mismatch_error` naming the first rank that
+  /// differs from this one (on every rank: all of them see the same min and max).
+  void native_agree(const fingerprint& fp, const wait_context& w, bool blocking = false) {
+    using namespace detail::mpi_impl;
+    std::uint64_t words[2 * fp_words];
+    encode(fp, words);
+    for (int i = 0; i < fp_words; ++i) words[fp_words + i] = ~words[i];
+    start_and_complete(fp, 2 * fp_words * 8, w, blocking, "MPI_Iallreduce (fingerprint agreement)", [&](MPI_Request* r) {
+      return either(r, MPI_Iallreduce, MPI_Allreduce, MPI_IN_PLACE, words, 2 * fp_words, MPI_UINT64_T, MPI_MAX,
+                    st_->comm);
+    });
+    bool same = true;
+    for (int i = 0; i < fp_words; ++i) same = same && words[i] == ~words[fp_words + i];
+    if (same) return;
+    std::uint64_t mine[fp_words];
+    encode(fp, mine);
+    std::vector<std::uint64_t> all(static_cast<std::size_t>(size_) * fp_words);
+    start_and_complete(fp, all.size() * 8, w, blocking, "MPI_Iallgather (fingerprint agreement)", [&](MPI_Request* r) {
+      return either(r, MPI_Iallgather, MPI_Allgather, mine, fp_words, MPI_UINT64_T, all.data(), fp_words,
+                    MPI_UINT64_T, st_->comm);
+    });
+    for (int r = 0; r < size_; ++r) {
+      const fingerprint theirs = decode(all.data() + static_cast<std::size_t>(r) * fp_words);
+      if (theirs != fp)
+        throw mismatch_error(where(fp, w) + ": " + detail::describe_difference(fp, rank_, theirs, r));
+    }
+    throw mismatch_error(where(fp, w) + ": the ranks' fingerprints differ, though none differs from rank " +
+                         std::to_string(rank_) + "'s");
+  }
+
+  template <class T>
+  void native_broadcast(T* buf, std::size_t n, int root, const fingerprint& fp, const wait_context& w,
+                        bool blocking = false) {
+    start_and_complete(fp, n * sizeof(T), w, blocking, "MPI_Ibcast", [&](MPI_Request* r) {
+      return either(r, MPI_Ibcast, MPI_Bcast, buf, count(n, fp, w), type<T>(), root, st_->comm);
+    });
+  }
+
+  template <class T, class Op>
+  void native_reduce(const T* in, T* out, std::size_t n, int root, const Op&, const fingerprint& fp,
+                     const wait_context& w, bool blocking = false) {
+    const bool in_place = rank_ == root && in == out;
+    start_and_complete(fp, n * sizeof(T), w, blocking, "MPI_Ireduce", [&](MPI_Request* r) {
+      return either(r, MPI_Ireduce, MPI_Reduce, in_place ? MPI_IN_PLACE : in, rank_ == root ? out : nullptr,
+                    count(n, fp, w), type<T>(), reduce_op_of<Op, T>(), root, st_->comm);
+    });
+  }
+
+  template <class T, class Op>
+  void native_all_reduce(const T* in, T* out, std::size_t n, const Op&, const fingerprint& fp,
+                         const wait_context& w, bool blocking = false) {
+    start_and_complete(fp, n * sizeof(T), w, blocking, "MPI_Iallreduce", [&](MPI_Request* r) {
+      return either(r, MPI_Iallreduce, MPI_Allreduce, in == out ? MPI_IN_PLACE : in, out, count(n, fp, w), type<T>(),
+                    reduce_op_of<Op, T>(), st_->comm);
+    });
+  }
+
+  /// `n` elements per rank; at the root, `in` may be its own block of `out`.
+  template <class T>
+  void native_gather(const T* in, T* out, std::size_t n, int root, const fingerprint& fp, const wait_context& w,
+                     bool blocking = false) {
+    const bool at_root = rank_ == root;
+    const bool in_place = at_root && n && in == out + static_cast<std::size_t>(rank_) * n;
+    start_and_complete(fp, n * sizeof(T), w, blocking, "MPI_Igather", [&](MPI_Request* r) {
+      const int c = count(n, fp, w);
+      return either(r, MPI_Igather, MPI_Gather, in_place ? MPI_IN_PLACE : in, c, type<T>(), at_root ? out : nullptr,
+                    c, type<T>(), root, st_->comm);
+    });
+  }
+
+  template <class T>
+  void native_all_gather(const T* in, T* out, std::size_t n, const fingerprint& fp, const wait_context& w,
+                         bool blocking = false) {
+    const bool in_place = n && in == out + static_cast<std::size_t>(rank_) * n;
+    start_and_complete(fp, n * sizeof(T), w, blocking, "MPI_Iallgather", [&](MPI_Request* r) {
+      const int c = count(n, fp, w);
+      return either(r, MPI_Iallgather, MPI_Allgather, in_place ? MPI_IN_PLACE : in, c, type<T>(), out, c, type<T>(),
+                    st_->comm);
+    });
+  }
+
+  /// `n` elements per rank; at the root, `out` may be its own block of `in`.
+  template <class T>
+  void native_scatter(const T* in, T* out, std::size_t n, int root, const fingerprint& fp, const wait_context& w,
+                      bool blocking = false) {
+    const bool at_root = rank_ == root;
+    const bool in_place = at_root && n && out == in + static_cast<std::size_t>(rank_) * n;
+    start_and_complete(fp, n * sizeof(T), w, blocking, "MPI_Iscatter", [&](MPI_Request* r) {
+      const int c = count(n, fp, w);
+      return either(r, MPI_Iscatter, MPI_Scatter, at_root ? in : nullptr, c, type<T>(),
+                    in_place ? MPI_IN_PLACE : static_cast<void*>(out), c, type<T>(), root, st_->comm);
+    });
+  }
+
+  /// `n` elements per block.
+  template <class T>
+  void native_all_to_all(const T* in, T* out, std::size_t n, const fingerprint& fp, const wait_context& w,
+                         bool blocking = false) {
+    start_and_complete(fp, n * sizeof(T), w, blocking, "MPI_Ialltoall", [&](MPI_Request* r) {
+      const int c = count(n, fp, w);
+      return either(r, MPI_Ialltoall, MPI_Alltoall, in, c, type<T>(), out, c, type<T>(), st_->comm);
+    });
+  }
+
+  /// `n` elements per rank's block of the result.
+  template <class T, class Op>
+  void native_reduce_scatter(const T* in, T* out, std::size_t n, const Op&, const fingerprint& fp,
+                             const wait_context& w, bool blocking = false) {
+    start_and_complete(fp, n * sizeof(T), w, blocking, "MPI_Ireduce_scatter_block", [&](MPI_Request* r) {
+      return either(r, MPI_Ireduce_scatter_block, MPI_Reduce_scatter_block, in, out, count(n, fp, w), type<T>(),
+                    reduce_op_of<Op, T>(), st_->comm);
+    });
+  }
+
+  void native_barrier(const fingerprint& fp, const wait_context& w, bool blocking = false) {
+    start_and_complete(fp, 0, w, blocking, "MPI_Ibarrier",
+                       [&](MPI_Request* r) { return either(r, MPI_Ibarrier, MPI_Barrier, st_->comm); });
+  }
+
+ private:
+  mpi(std::shared_ptr<detail::mpi_impl::comm_state> st, std::uint64_t context)
+      : st_(std::move(st)), context_(context) {}
+
+  /// Reads rank, size and the tag bound of the new communicator and makes MPI errors return.
+  void adopt() {
+    using namespace detail::mpi_impl;
+    const std::string where = "tutti::mpi";
+    check(MPI_Comm_set_errhandler(st_->comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", where);
+    check(MPI_Comm_rank(st_->comm, &rank_), "MPI_Comm_rank", where);
+    check(MPI_Comm_size(st_->comm, &size_), "MPI_Comm_size", where);
+    st_->oversubscribed = detail::mpi_impl::oversubscribed();
+    void* ub = nullptr;
+    int flag = 0;
+    check(MPI_Comm_get_attr(st_->comm, MPI_TAG_UB, &ub, &flag), "MPI_Comm_get_attr", where);
+    if (flag && ub) st_->tag_ub = *static_cast<int*>(ub);
+  }
+
+  /// The launcher's variables must agree with MPI (see the file comment). Slurm's are skipped
+  /// when Open MPI's or PMI's are set: mpirun inside an allocation starts its daemons with srun,
+  /// so SLURM_PROCID there is a daemon's index, not this rank.
+  static void check_environment(int rank, int size) {
+    const bool other_launcher =
+        detail::getenv_nonempty("OMPI_COMM_WORLD_RANK") != nullptr || detail::getenv_nonempty("PMI_RANK") != nullptr;
+    for (const auto& c : detail::conventions) {
+      if (std::string_view(c.name) == "Slurm" && other_launcher) continue;
+      const auto r = detail::env_int(c.rank, 0, 1L << 30), s = detail::env_int(c.size, 1, 1L << 30);
+      auto says = [&](const char* var, long v, const char* what, int mpi_value) {
+        return std::string("tutti::mpi: ") + var + "=" + std::to_string(v) + " (" + c.name + " convention) but MPI says " +
+               what + " is " + std::to_string(mpi_value) +
+               (size == 1 ? " (was the program started without mpirun/srun, as a singleton?)" : "");
+      };
+      if (s && *s != size) throw config_error(says(c.size, *s, "the world size", size));
+      if (r && *r != rank) throw config_error(says(c.rank, *r, "this process's rank", rank));
+    }
+  }
+
+  std::string where(const fingerprint& fp, const wait_context& w) const {
+    return std::string(collective_name(fp.coll)) + "(" + std::string(w.algorithm) + ") on rank " +
+           std::to_string(rank_);
+  }
+
+  template <class T>
+  static MPI_Datatype type() {
+    return detail::mpi_impl::datatype<T>();
+  }
+  template <class Op, class T>
+  static MPI_Op reduce_op_of() {
+    return detail::mpi_impl::mpi_op<Op, T>();
+  }
+  int count(std::size_t n, const fingerprint& fp, const wait_context& w) const {
+    return detail::mpi_impl::as_count(n, [&] { return where(fp, w); });
+  }
+
+  /// The (header, payload) tags of a message: the collective pair, or user tag t's pair.
+  std::pair<int, int> tags(const header& h, const wait_context& w) const {
+    using namespace detail::mpi_impl;
+    if (h.fp.coll != collective::send_recv) return {tag_header, tag_payload};
+    const long t = h.fp.root < 0 ? 0 : h.fp.root;
+    const long top = (static_cast<long>(st_->tag_ub) - tag_p2p - 1) / 2;
+    if (t > top)
+      throw usage_error(detail::where(h, w.algorithm) + ": tag " +
+                        std::to_string(t) + " exceeds " + std::to_string(top) +
+                        ", the largest this MPI's tag range (MPI_TAG_UB) leaves for user tags");
+    return {tag_p2p + 2 * static_cast<int>(t), tag_p2p + 2 * static_cast<int>(t) + 1};
+  }
+
+  /// Calls `post(offset, bytes)` for each piece of a payload (one, unless it exceeds `max_piece`).
+  template <class Post>
+  static void pieces(std::size_t bytes, Post post) {
+    for (std::size_t at = 0; at < bytes; at += detail::mpi_impl::max_piece)
+      post(at, static_cast<int>(std::min(detail::mpi_impl::max_piece, bytes - at)));
+  }
+
+  /// Send (`hs`, to `to`) and/or receive (`hr`, from `from`); null headers mean "none".
+  void exchange(int to, const header* hs, const std::byte* sdata, int from, const header* hr, std::byte* rdata,
+                const wait_context& w) {
+    using namespace detail::mpi_impl;
+    const header& h = hr ? *hr : *hs;
+    auto at = [&] { return detail::where(h, w.algorithm) + " on rank " + std::to_string(rank_); };
+    wire_header in{}, out{};  // before `rs`, which may cancel requests on them when it goes
+    request_set rs;
+    const std::size_t send_pieces = hs ? (hs->bytes + max_piece - 1) / max_piece : 0;
+    const std::size_t recv_pieces = hr ? (hr->bytes + max_piece - 1) / max_piece : 0;
+    rs.reserve(2 + send_pieces + recv_pieces);
+    // Receive first: the header, whose check decides whether the payload is taken.
+    if (hr) check(MPI_Irecv(&in, sizeof in, MPI_BYTE, from, tags(*hr, w).first, st_->comm, rs.add()), "MPI_Irecv", at);
+    if (hs) {
+      header x = *hs;
+      x.fp.context = context_;
+      encode(x.fp, out.fp);
+      out.bytes = x.bytes;
+      const auto [th, tp] = tags(*hs, w);
+      check(MPI_Isend(&out, sizeof out, MPI_BYTE, to, th, st_->comm, rs.add()), "MPI_Isend", at);
+      pieces(hs->bytes, [&](std::size_t off, int n) {
+        check(MPI_Isend(sdata + off, n, MPI_BYTE, to, tp, st_->comm, rs.add()), "MPI_Isend", at);
+      });
+    }
+    bool checked = hr == nullptr;
+    const std::size_t first_other = hr ? 1 : 0;
+    drive(w, h, hr ? from : to, hr && hs && to != from ? to : -1, hr ? "to receive from" : "to deliver to", [&] {
+      if (!checked) {
+        int done = 0;
+        MPI_Status status;
+        check(MPI_Test(&rs[0], &done, &status), "MPI_Test", at);
+        if (done) {
+          header got;
+          got.fp = decode(in.fp);
+          got.bytes = in.bytes;
+          header want = *hr;
+          want.fp.context = context_;
+          detail::check_header(want, rank_, got, from, w.algorithm);
+          checked = true;
+          const int tp = tags(*hr, w).second;
+          pieces(hr->bytes, [&](std::size_t off, int n) {
+            check(MPI_Irecv(rdata + off, n, MPI_BYTE, from, tp, st_->comm, rs.add()), "MPI_Irecv", at);
+          });
+        }
+      }
+      const bool rest = rs.test(first_other, at);  // the sends, and the payload once posted
+      return checked && rest;
+    });
+  }
+
+  /// The non-blocking form `nb(args..., request)` when there is a request to fill, else the
+  /// blocking form `b(args...)`.
+  template <class NB, class B, class... A>
+  static int either(MPI_Request* request, NB nb, B b, A... args) {
+    return request ? nb(args..., request) : b(args...);
+  }
+
+  /// Starts a non-blocking collective with `start(&request)` and waits for it under the
+  /// deadline; with `blocking`, runs the blocking form (`start(nullptr)`) instead.
+  template <class Start>
+  void start_and_complete(const fingerprint& fp, std::size_t bytes, const wait_context& w, bool blocking,
+                          const char* call, Start start) {
+    if (blocking) {
+      detail::mpi_impl::check(start(nullptr), call, [&] { return where(fp, w) + " (blocking form)"; });
+      return;
+    }
+    MPI_Request req = MPI_REQUEST_NULL;
+    detail::mpi_impl::check(start(&req), call, [&] { return where(fp, w); });
+    complete(req, fp, bytes, w, call);
+  }
+
+  /// Waits for a non-blocking collective. On failure it stays pending (MPI cannot cancel it).
+  void complete(MPI_Request& req, const fingerprint& fp, std::size_t bytes, const wait_context& w, const char* call) {
+    header h{fp, bytes};
+    drive(w, h, -1, -1, call, [&] {
+      int done = 0;
+      detail::mpi_impl::check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), call, [&] { return where(fp, w); });
+      return done != 0;
+    });
+  }
+
+  /// `drive`'s peer when the communicator cannot be probed yet (it is being made).
+  static constexpr int no_notices = -2;
+
+  /// Polls `ready()` (which drives MPI's progress) until it is true: spins, then yields, then
+  /// sleeps in short steps. Checks for failure notices from `peer` and `peer2` (any rank when
+  /// `peer` is -1; none when it is `no_notices`) and the deadline. `doing` says what it waits
+  /// for ("to receive from"), or the MPI call it waits in ("MPI_Ibcast") when `peer` is -1.
+  template <class Ready>
+  void drive(const wait_context& w, const header& h, int peer, int peer2, const char* doing, Ready ready) {
+    using clock = std::chrono::steady_clock;
+    // Spin first: for 50 us when every local rank has a core (a reply is usually that close; a
+    // yield on a busy host can give the core away for a whole time slice), only a few polls when
+    // ranks outnumber cores, where spinning would starve the rank we wait for.
+    if (st_->oversubscribed) {
+      for (int i = 0; i < 16; ++i)
+        if (ready()) return;
+    } else {
+      const auto until = clock::now() + std::chrono::microseconds(50);
+      for (int i = 1;; ++i) {
+        if (ready()) return;
+        if (i % 32 == 0 && clock::now() > until) break;
+      }
+    }
+    const auto start = clock::now();
+    const auto deadline = start + w.timeout;
+    for (unsigned round = 0;; ++round) {
+      if (ready()) return;
+      if (round % 16 == 0) {
+        if (peer != no_notices) check_notice(peer, h, w);
+        if (peer2 >= 0) check_notice(peer2, h, w);
+        const auto now = clock::now();
+        if (now > deadline) {
+          const std::string what = peer >= 0 ? std::string(doing) + " rank " + std::to_string(peer)
+                                   : peer == -1 ? std::string("in ") + doing + " for the other ranks"
+                                                : std::string(doing) + " the other ranks";
+          throw timeout_error(detail::where(h, w.algorithm) + ": rank " + std::to_string(rank_) + " timed out after " +
+                              detail::seconds_text(w.timeout) + " waiting " + what + " (" +
+                              std::to_string(h.bytes) + " bytes, " + detail::fingerprint_summary(h.fp) + ")");
+        }
+        // Yield for the first 20 ms (MPI progresses only inside our calls, so a short wait keeps
+        // pipelined transfers moving); after that the peer is late, and sleeping frees the core.
+        if (now - start > std::chrono::milliseconds(20))
+          std::this_thread::sleep_for(std::chrono::microseconds(round < 4096 ? 100 : 1000));
+      }
+      std::this_thread::yield();
+    }
+  }
+
+  /// Raises `peer_lost` if `peer` (any rank when -1) sent a failure notice.
+  void check_notice(int peer, const header& h, const wait_context& w) {
+    using namespace detail::mpi_impl;
+    int flag = 0;
+    MPI_Status status;
+    auto at = [&] { return detail::where(h, w.algorithm); };
+    check(MPI_Iprobe(peer >= 0 ? peer : MPI_ANY_SOURCE, tag_failure, st_->comm, &flag, &status), "MPI_Iprobe", at);
+    if (!flag) return;
+    int n = 0;
+    MPI_Get_count(&status, MPI_CHAR, &n);
+    std::string text(static_cast<std::size_t>(std::max(n, 0)), '\0');
+    check(MPI_Recv(text.data(), n, MPI_CHAR, status.MPI_SOURCE, tag_failure, st_->comm, MPI_STATUS_IGNORE),
+          "MPI_Recv", at);
+    std::uint64_t context = ~context_;
+    if (text.size() >= sizeof context) std::memcpy(&context, text.data(), sizeof context);
+    if (context != context_) return;  // from an earlier communicator that MPI gave the same id
+    text.erase(0, sizeof context);
+    throw peer_lost(at() + ": rank " + std::to_string(status.MPI_SOURCE) + " failed while rank " +
+                    std::to_string(rank_) + " waited" + (peer >= 0 ? " for it" : " in this collective") + ": " + text);
+  }
+
+  std::shared_ptr<detail::mpi_impl::comm_state> st_;
+  std::uint64_t context_ = 0;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+static_assert(transport<mpi>);
+static_assert(native_collectives<mpi>);
+
+}  // namespace tutti
