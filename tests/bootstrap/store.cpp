@@ -161,7 +161,7 @@ TEST_CASE("store: malformed messages get an error and a closed connection, never
   SUBCASE("a key length beyond the frame") {
     raw_conn c(server.port());
     writer body;
-    body.num(static_cast<std::uint8_t>(op::set)).num(std::uint32_t{1000}).out += "abc";
+    body.num(static_cast<std::uint8_t>(opcode::set)).num(std::uint32_t{1000}).out += "abc";
     c.send(hello("t") + frame(body.out));
     CHECK(c.drain().find("malformed message (set)") != std::string::npos);
   }

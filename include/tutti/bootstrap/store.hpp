@@ -72,7 +72,7 @@ inline constexpr std::size_t max_keys = 4096;  // per wait
 inline constexpr std::size_t max_frame = max_value + max_key + 64;
 inline constexpr std::size_t hello_fixed = 8 + 4 + 4 + 4 + 4;  // magic version rank world token_len
 
-enum class op : std::uint8_t { set = 1, get = 2, wait = 3, add = 4 };
+enum class opcode : std::uint8_t { set = 1, get = 2, wait = 3, add = 4 };
 enum class status : std::uint8_t { ok = 0, timeout = 1, refused = 2, failed = 3 };
 
 /// Appends little-endian integers and length-prefixed strings.
@@ -439,9 +439,9 @@ class store_server {
       if (len > max_frame) return malformed(c, "frame of " + std::to_string(len) + " bytes"), false;
       if (c.in.size() < 4 + std::size_t{len}) return true;
       reader r{std::string_view(c.in).substr(4, len)};
-      const auto o = static_cast<op>(r.num<std::uint8_t>());
+      const auto o = static_cast<opcode>(r.num<std::uint8_t>());
       switch (o) {
-        case op::set: {
+        case opcode::set: {
           const auto key = r.str(max_key);
           const auto value = r.str(max_value);
           if (!r.ok || !r.in.empty()) return malformed(c, "set"), false;
@@ -449,7 +449,7 @@ class store_server {
           reply(c, status::ok, {});
           break;
         }
-        case op::add: {
+        case opcode::add: {
           const auto key = r.str(max_key);
           const auto delta = r.num<std::int64_t>();
           if (!r.ok || !r.in.empty()) return malformed(c, "add"), false;
@@ -460,11 +460,11 @@ class store_server {
           reply(c, status::ok, slot);
           break;
         }
-        case op::get:
-        case op::wait: {
+        case opcode::get:
+        case opcode::wait: {
           const auto timeout_ms = r.num<std::uint64_t>();
           std::vector<std::string> keys;
-          if (o == op::get) {
+          if (o == opcode::get) {
             keys.emplace_back(r.str(max_key));
           } else {
             const auto n = r.num<std::uint32_t>();
@@ -472,7 +472,7 @@ class store_server {
             for (std::uint32_t i = 0; i < n && r.ok; ++i) keys.emplace_back(r.str(max_key));
           }
           if (!r.ok || !r.in.empty() || timeout_ms > (std::uint64_t{1} << 40)) return malformed(c, "get/wait"), false;
-          pending_.push_back({c.id, std::move(keys), o == op::get,
+          pending_.push_back({c.id, std::move(keys), o == opcode::get,
                               clock::now() + std::chrono::milliseconds(timeout_ms)});
           break;
         }
@@ -574,7 +574,7 @@ class store {
     check_key(key);
     if (value.size() > max_value) throw usage_error("store::set: value larger than 64 MiB");
     writer w;
-    w.num(static_cast<std::uint8_t>(op::set)).str(key).str(value);
+    w.num(static_cast<std::uint8_t>(opcode::set)).str(key).str(value);
     call(w.out, std::chrono::seconds(60), key);
   }
 
@@ -583,7 +583,7 @@ class store {
     using namespace detail::store_impl;
     check_key(key);
     writer w;
-    w.num(static_cast<std::uint8_t>(op::get)).num(static_cast<std::uint64_t>(timeout.count())).str(key);
+    w.num(static_cast<std::uint8_t>(opcode::get)).num(static_cast<std::uint64_t>(timeout.count())).str(key);
     return call(w.out, timeout, key);
   }
 
@@ -592,7 +592,7 @@ class store {
     using namespace detail::store_impl;
     if (keys.size() > max_keys) throw usage_error("store::wait: more than 4096 keys");
     writer w;
-    w.num(static_cast<std::uint8_t>(op::wait)).num(static_cast<std::uint64_t>(timeout.count()));
+    w.num(static_cast<std::uint8_t>(opcode::wait)).num(static_cast<std::uint64_t>(timeout.count()));
     w.num(static_cast<std::uint32_t>(keys.size()));
     for (const auto& k : keys) {
       check_key(k);
@@ -606,7 +606,7 @@ class store {
     using namespace detail::store_impl;
     check_key(key);
     writer w;
-    w.num(static_cast<std::uint8_t>(op::add)).str(key).num(static_cast<std::int64_t>(delta));
+    w.num(static_cast<std::uint8_t>(opcode::add)).str(key).num(static_cast<std::int64_t>(delta));
     return std::strtoll(call(w.out, std::chrono::seconds(60), key).c_str(), nullptr, 10);
   }
 
