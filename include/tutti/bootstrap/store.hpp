@@ -534,7 +534,7 @@ class store {
     if (token.size() > max_token) throw config_error("TUTTI_JOB_TOKEN is longer than " + std::to_string(max_token) + " bytes");
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     std::string why = "no address";
-    for (auto pause = std::chrono::milliseconds(5);; pause = std::min(pause * 2, std::chrono::milliseconds(500))) {
+    for (auto pause = std::chrono::milliseconds(5);; pause = std::min(pause * 2, std::chrono::milliseconds(100))) {
       std::string rwhy;
       for (const auto& a : resolve(host, port, false, rwhy)) {
         detail::unique_fd fd(::socket(a.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));

@@ -487,7 +487,8 @@ class tcp {
     const auto start = clock::now();
     const auto deadline = start + w.timeout;
     auto last_progress = start;
-    std::vector<pollfd> fds;
+    std::array<pollfd, 32> fds;  // at most 16 parts each way
+    std::size_t nfds = 0;
     while (true) {
       bool moved = false, done = true;
       if (out)
@@ -519,20 +520,20 @@ class tcp {
         continue;
       }
       if (now >= deadline) timed_out(out, in, w);
-      fds.clear();
+      nfds = 0;
       if (out)
         for (int i = 0; i < out->count; ++i) {
           part& p = out->parts[static_cast<std::size_t>(i)];
-          if (p.done < p.n || (p.has_head && p.head_done < sizeof out->wire)) fds.push_back({p.l->fd(), POLLOUT, 0});
+          if (p.done < p.n || (p.has_head && p.head_done < sizeof out->wire)) fds[nfds++] = {p.l->fd(), POLLOUT, 0};
         }
       if (in)
         for (int i = 0; i < in->count; ++i) {
           part& p = in->parts[static_cast<std::size_t>(i)];
           if ((p.has_head || in->checked) && (p.done < p.n || (p.has_head && p.head_done < sizeof in->wire)))
-            fds.push_back({p.l->fd(), POLLIN, 0});
+            fds[nfds++] = {p.l->fd(), POLLIN, 0};
         }
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1;
-      ::poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(left, 1000)));
+      ::poll(fds.data(), nfds, static_cast<int>(std::min<long long>(left, 1000)));
     }
   }
 
