@@ -96,6 +96,8 @@ TEST_CASE("tcp: a mesh of threads runs the collectives") {
     s.opt.stripe_bytes = 1024;
     const auto out = run_tcp(s, [](tcp& t) {
       CHECK(t.size() == 3);
+      CHECK_THROWS_AS(t.send(t.rank(), make_header(0), nullptr, wait_context{1s, "test"}), usage_error);
+      CHECK_THROWS_AS(t.recv(3, make_header(0), nullptr, wait_context{1s, "test"}), usage_error);
       communicator<tcp> comm(std::move(t), {}, config{});
       test::check_collectives<algo::automatic, float>(comm, 1000, op::sum{});
       test::check_collectives<algo::ring, std::int32_t>(comm, 5000, op::max{});

@@ -466,6 +466,9 @@ class tcp {
   void plan(int peer, std::size_t bytes, std::array<part, 16>& parts, int& count) {
     auto& m = *mesh_;
     if (!m.failure.empty()) throw error(errc::aborted, "tcp: this rank failed earlier: " + m.failure);
+    if (peer < 0 || peer >= size() || peer == rank_)
+      throw usage_error("tcp: rank " + std::to_string(rank_) + " cannot send to or receive from rank " +
+                        std::to_string(peer) + " (itself, or outside the group of " + std::to_string(size()) + ")");
     auto& streams = m.peers[static_cast<std::size_t>(world(peer))];
     const std::size_t k = bytes >= m.opt.stripe_bytes ? streams.size() : 1;
     const std::size_t per = ((bytes + k - 1) / k + 63) & ~std::size_t{63};
