@@ -197,6 +197,24 @@ TEST_CASE("tcp: a peer that fails or exits is peer_lost naming it") {
     });
     for (const auto& o : out) CHECK(o == "");
   }
+  SUBCASE("the reason reaches a peer that was sending, not reading") {
+    setup s;
+    const auto out = run_tcp(s, [](tcp& t) {
+      if (t.rank() == 0) {
+        std::this_thread::sleep_for(100ms);
+        t.fail("rank 0 gave up");
+        return;
+      }
+      std::vector<std::byte> buf(std::size_t{64} << 20);  // far more than the socket buffers hold
+      try {
+        t.send(0, make_header(buf.size()), buf.data(), wait_context{10s, "ring"});
+        FAIL("no error");
+      } catch (const peer_lost& e) {
+        CHECK(has(e.what(), "rank 0 failed while rank 1 was sending to it: rank 0 gave up"));
+      }
+    });
+    for (const auto& o : out) CHECK(o == "");
+  }
   SUBCASE("a transport destroyed mid-job (an exit) closes the connection") {
     setup s;
     s.n = 3;

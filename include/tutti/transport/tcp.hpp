@@ -118,7 +118,8 @@ static_assert(sizeof(wire_header) == 64 && sizeof(fingerprint) <= 48);
 struct link {
   explicit link(asio::io_context& io) : sock(io) {}
   asio::ip::tcp::socket sock;
-  bool clean = true;  // between messages: a failure notice may be written
+  bool clean = true;     // sending side between messages: a failure notice may be written
+  bool in_clean = true;  // receiving side between messages: what comes next is a header
   scratch_buffer bounce;
   int fd() { return static_cast<int>(sock.native_handle()); }
 };
@@ -159,9 +160,12 @@ inline asio::ip::address interface_address(const std::string& ifname, int family
       asio::ip::address_v6::bytes_type b;
       std::memcpy(b.data(), &s6->sin6_addr, 16);
       a = asio::ip::address_v6(b, s6->sin6_scope_id);
-      if (a.to_v6().is_link_local() && best) continue;  // a routable one is better
     }
-    if (!best || (i->ifa_addr->sa_family == family && (best->is_v4() ? AF_INET : AF_INET6) != family)) best = a;
+    // Prefer the family of the route to the master, then an address that is not link-local.
+    auto score = [&](const asio::ip::address& x) {
+      return ((x.is_v4() ? AF_INET : AF_INET6) == family ? 2 : 0) + (x.is_v6() && x.to_v6().is_link_local() ? 0 : 1);
+    };
+    if (!best || score(a) > score(*best)) best = a;
   }
   ::freeifaddrs(all);
   if (!best) {
@@ -179,7 +183,7 @@ inline std::size_t sysctl_value(const char* path) {
   return v;
 }
 
-/// TCP_NODELAY and the buffer sizes, before connect/listen (the window scale is fixed then).
+/// The buffer sizes, set before connect/listen (the window scale is fixed then).
 template <class Socket>
 void set_buffers(Socket& s, const tcp_options& o) {
   if (o.buffer_bytes == 0) return;
@@ -512,7 +516,10 @@ class tcp {
           moved |= read_part(*in, p, w);
           if (p.done < p.n || (p.has_head && p.head_done < sizeof in->wire)) done = false;
         }
-      if (done) return;
+      if (done) {
+        if (in) in->parts[0].l->in_clean = true;
+        return;
+      }
       const auto now = clock::now();
       if (moved) {
         last_progress = now;
@@ -570,6 +577,7 @@ class tcp {
       const std::size_t k = p.l->sock.read_some(
           asio::buffer(reinterpret_cast<char*>(&in.wire) + p.head_done, sizeof in.wire - p.head_done), ec);
       p.head_done += k;
+      if (k) p.l->in_clean = false;
       if (ec && ec != asio::error::would_block && ec != asio::error::try_again && ec != asio::error::interrupted)
         lost(in.peer, in.h, w, "receiving from", ec);
       if (p.head_done < sizeof in.wire) return k > 0;
@@ -630,10 +638,30 @@ class tcp {
   }
 
   [[noreturn]] void lost(int peer, const header& h, const wait_context& w, const char* doing, const asio::error_code& ec) {
+    // A peer that failed may have said why before closing, on a stream this rank was not reading
+    // (it was sending): the notice is the next thing to read there.
+    if (std::string why = failure_notice(peer); !why.empty())
+      throw peer_lost(detail::where(h, w.algorithm) + ": " + name(peer) + " failed while rank " + std::to_string(rank_) +
+                      " was " + doing + " it: " + why);
     const bool closed = ec == asio::error::eof || ec == asio::error::connection_reset || ec == asio::error::broken_pipe;
     throw peer_lost(detail::where(h, w.algorithm) + ": rank " + std::to_string(rank_) + " lost " + name(peer) +
                     " while " + doing + " it (" + std::to_string(h.bytes) + " bytes): " +
                     (closed ? "the connection was closed (the peer exited, crashed or failed)" : ec.message()));
+  }
+
+  /// The reason a failed peer sent (see `fail`), if it waits unread on stream 0; else empty.
+  std::string failure_notice(int peer) {
+    using namespace detail::tcp_impl;
+    link& l = *mesh_->peers[static_cast<std::size_t>(world(peer))][0];
+    if (!l.in_clean || !l.sock.is_open()) return {};
+    wire_header h{};
+    if (::recv(l.fd(), &h, sizeof h, MSG_PEEK | MSG_DONTWAIT) != static_cast<ssize_t>(sizeof h) || h.magic != failure_magic)
+      return {};
+    std::string buf(sizeof h + std::min<std::size_t>(h.bytes, max_failure_text), '\0');
+    const ssize_t k = ::recv(l.fd(), buf.data(), buf.size(), MSG_DONTWAIT);
+    l.in_clean = false;
+    if (k <= static_cast<ssize_t>(sizeof h)) return "(reason lost)";
+    return buf.substr(sizeof h, static_cast<std::size_t>(k) - sizeof h);
   }
 
   [[noreturn]] void timed_out(outgoing* out, incoming* in, const wait_context& w) {
