@@ -7,11 +7,20 @@
 #include <cstdio>
 #include <string>
 #include <tutti/tutti.hpp>
+#ifdef TUTTI_DEMO_TCP
+#include <tutti/transport/tcp.hpp>
+#endif
 #include <vector>
 
 namespace {
 
+// Built a second time as tutti_demo_tcp, over tutti::tcp, for jobs across hosts:
+//   tuttirun --nnodes=2 --node-rank=K --nproc-per-node=2 --master-addr=A --master-port=P tutti_demo_tcp
+#ifdef TUTTI_DEMO_TCP
+using comm_t = tutti::communicator<tutti::tcp>;
+#else
 using comm_t = tutti::communicator<tutti::shm>;
+#endif
 
 std::vector<float> create_data(int worker_id, int dim = 4) {
   std::vector<float> v(static_cast<std::size_t>(dim));

@@ -41,9 +41,11 @@ cmake --install build --prefix "$root/build-pkg/prefix" >/dev/null
 cmake -S tests/package -B build-pkg/find -G Ninja -DCMAKE_PREFIX_PATH="$root/build-pkg/prefix" >/dev/null
 cmake --build build-pkg/find
 ./build-pkg/find/consumer
+./build-pkg/find/consumer_tcp
 cmake -S tests/package/subdir -B build-pkg/subdir -G Ninja -DTUTTI_SOURCE_DIR="$root" >/dev/null
 cmake --build build-pkg/subdir
 ./build-pkg/subdir/consumer
-echo "consumer project: 2 passed, 0 failed"
+./build-pkg/subdir/consumer_tcp
+echo "consumer project: 4 passed, 0 failed"
 
 step "all tests passed"

@@ -85,6 +85,12 @@ case_env_second_node() {
   run --nnodes=2 --node-rank=0 --master-addr=10.1.2.3 --master-port=29512 --no-prefix \
     sh -c 'echo $TUTTI_JOB_ID $TUTTI_JOB_TOKEN'
   [[ $(cat "$out") == "$node1" ]] || bad "node 0 has '$(cat "$out")', node 1 '$node1'"
+  # That token is not secret: tuttirun says so, and not when a token is given.
+  expect_match "$err" 'warning: no TUTTI_JOB_TOKEN with --nnodes > 1'
+  TUTTI_JOB_TOKEN=mine run --nnodes=2 --node-rank=0 --master-addr=10.1.2.3 --master-port=29512 --no-prefix \
+    sh -c 'echo $TUTTI_JOB_TOKEN'
+  expect_line "$out" "mine"
+  grep -q 'warning' "$err" && bad "a warning although TUTTI_JOB_TOKEN is set: $(cat "$err")"
 }
 
 case_env_foreign_conventions() {

@@ -52,7 +52,14 @@ struct LauncherError : std::runtime_error {
 constexpr std::string_view kHelp = R"(Usage: tuttirun [options] [--] program [args...]
 
 Starts N processes ("ranks") of a tutti program on this node, like
-torchrun --nproc-per-node=N. Options take their value as --opt=V or --opt V;
+torchrun --nproc-per-node=N. A job on M nodes runs tuttirun once per node, with
+the same --nnodes, --master-addr, --master-port (and TUTTI_JOB_TOKEN) and each
+node's own --node-rank; its ranks talk over tutti::tcp, which finds the others
+through a store served by rank 0 on --master-addr:--master-port:
+  node 0: tuttirun --nnodes=2 --node-rank=0 --nproc-per-node=2 \
+            --master-addr=10.0.0.1 --master-port=29500 prog
+  node 1: tuttirun --nnodes=2 --node-rank=1 --nproc-per-node=2 \
+            --master-addr=10.0.0.1 --master-port=29500 prog Options take their value as --opt=V or --opt V;
 underscores may replace dashes in option names (--nproc_per_node=4).
 
 Options:
@@ -80,7 +87,9 @@ Environment of local rank i (0..N-1):
                    (so spell A the same way on every node)
   TUTTI_JOB_TOKEN  kept if already set. Otherwise 32 hex digits: random with one
                    node, derived from A:P with M > 1, where it is therefore not
-                   secret: export the same random token on every node instead
+                   secret (tuttirun warns): export the same random token on
+                   every node instead. The store and the ranks' connections
+                   refuse processes with another token.
 
 Output: every line a rank writes to stdout (stderr) is written to tuttirun's
 stdout (stderr) prefixed with "[rank R] ", R the global rank; lines of different
@@ -327,6 +336,10 @@ JobIdentity make_identity(const Options& o) {
   j.id = env_or("TUTTI_JOB_ID", multi ? derived_hex("id", key) : random_hex(8));
   j.token = env_or("TUTTI_JOB_TOKEN", multi ? derived_hex("token-a", key) + derived_hex("token-b", key)
                                             : random_hex(16));
+  if (const char* t = std::getenv("TUTTI_JOB_TOKEN"); multi && (!t || !*t))
+    say("warning: no TUTTI_JOB_TOKEN with --nnodes > 1: the token is derived from " + key +
+        ", so anyone who knows the address can join; export one random token on every node, e.g. "
+        "TUTTI_JOB_TOKEN=$(head -c16 /dev/urandom | od -An -tx1 | tr -d ' \\n')");
   return j;
 }
 

@@ -11,11 +11,19 @@
 #include <tutti/tutti.hpp>
 #include <vector>
 
+// The same program over tcp (target tutti_fault_kill_tcp): survivors see closed connections.
+#ifdef TUTTI_FAULT_KILL_TCP
+#include <tutti/transport/tcp.hpp>
+using transport = tutti::tcp;
+#else
+using transport = tutti::shm;
+#endif
+
 int main(int argc, char** argv) {
   ::signal(SIGTERM, SIG_IGN);  // outlive tuttirun's SIGTERM long enough to report
   const int victim = argc > 1 ? std::atoi(argv[1]) : 1;
   const int when = argc > 2 ? std::atoi(argv[2]) : 50;
-  auto comm = tutti::communicator<tutti::shm>::from_env();
+  auto comm = tutti::communicator<transport>::from_env();
   std::vector<float> v(argc > 3 ? std::atoi(argv[3]) : 100000, 1.0f);
   const auto t0 = std::chrono::steady_clock::now();
   try {

@@ -1,0 +1,822 @@
+/// \file
+/// `tutti::tcp`: ranks on any hosts, over TCP, on standalone Asio (`ASIO_STANDALONE`; CMake
+/// target `tutti::tcp`, Debian `libasio-dev`). Not included by `tutti/tutti.hpp`.
+///
+/// - Start-up (`tcp::from_env`): rank 0 serves the rendezvous store (`store_server`) on
+///   `MASTER_ADDR:MASTER_PORT`; every rank listens on an ephemeral port of the address it
+///   advertises, publishes "address port" in the store, connects to every higher rank and
+///   accepts every lower one: a full mesh, `TUTTI_TCP_STREAMS` connections per pair, each
+///   opened with a hello (job token, job id, ranks, world size, stream count) that the acceptor
+///   checks and answers. The advertised address is that of `TUTTI_SOCKET_IFNAME` when set,
+///   otherwise the local address of this rank's connection to the store (the address on the
+///   route to the master); IPv4 and IPv6 both work.
+/// - Sockets: `TCP_NODELAY`; `SO_SNDBUF`/`SO_RCVBUF` of `TUTTI_TCP_BUFFER_BYTES` (default 4 MiB,
+///   applied only where the kernel's `net.core.[rw]mem_max` allows it, since a clamped buffer
+///   is smaller than what autotuning reaches; set the variable to force it, 0 to leave the
+///   kernel's autotuning).
+/// - A message is a 64-byte header (magic, the fingerprint with the communicator's context, the
+///   byte count) and the payload, written with one gather write (`sendmsg` of both buffers)
+///   straight from the caller's memory. The receiver reads the header, checks it
+///   (`detail::check_header`), then reads the payload straight into the destination. With
+///   several streams, payloads of at least `TUTTI_TCP_STRIPE_BYTES` (256 KiB) are cut into one
+///   64-byte aligned part per stream, moved at once.
+/// - `recv_with` (`zero_copy_recv`) reads in pieces of 256 KiB into a per-connection buffer and
+///   hands each piece to the consumer as it completes, so a reduction overlaps the arrival of
+///   the rest of the message; `recv` does not use it.
+/// - Sockets are non-blocking; a call moves whatever it can on every socket it uses (so
+///   `sendrecv` is full duplex, with no helper thread), spins briefly (`TUTTI_TCP_SPIN_US`),
+///   then waits in `poll()` no longer than the deadline: `timeout_error` names the peer, the
+///   collective, the algorithm and the bytes.
+/// - Sub-groups share the world's connections: collectives are blocking and every rank calls
+///   them in the same order, so messages between two ranks arrive in the order they are read;
+///   the fingerprint (with the group's context) catches any disagreement. For the same reason
+///   the communicators of one rank must not be used from several threads at once.
+/// - A peer that closes its connection (exit, crash, `fail()`) raises `peer_lost` naming it;
+///   `fail()` first sends the reason, when the stream is between messages. A header without the
+///   magic raises `error(errc::aborted)` naming the peer.
+#pragma once
+
+#ifndef ASIO_STANDALONE
+#define ASIO_STANDALONE
+#endif
+#include <asio.hpp>
+
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "tutti/bootstrap/env.hpp"
+#include "tutti/bootstrap/store.hpp"
+#include "tutti/core/config.hpp"
+#include "tutti/core/error.hpp"
+#include "tutti/core/fingerprint.hpp"
+#include "tutti/detail/buffer.hpp"
+#include "tutti/detail/futex.hpp"
+#include "tutti/transport/transport.hpp"
+
+namespace tutti {
+
+/// Settings of the tcp transport, from the environment (`tcp_options::from_env`).
+struct tcp_options {
+  int streams = 1;                                     ///< TUTTI_TCP_STREAMS: connections per pair (1-16)
+  std::size_t buffer_bytes = std::size_t{4} << 20;     ///< TUTTI_TCP_BUFFER_BYTES; 0: kernel autotuning
+  bool buffer_forced = false;                          ///< the variable was set: apply it even if clamped
+  std::size_t stripe_bytes = std::size_t{256} << 10;   ///< TUTTI_TCP_STRIPE_BYTES: smallest striped payload
+  std::chrono::microseconds spin{20};                  ///< TUTTI_TCP_SPIN_US: busy-poll before blocking
+  std::string ifname;                                  ///< TUTTI_SOCKET_IFNAME
+
+  static tcp_options from_env() {
+    tcp_options o;
+    if (auto v = detail::env_int("TUTTI_TCP_STREAMS", 1, 16)) o.streams = static_cast<int>(*v);
+    if (auto v = detail::env_int("TUTTI_TCP_BUFFER_BYTES", 0, 1L << 30)) {
+      o.buffer_bytes = static_cast<std::size_t>(*v);
+      o.buffer_forced = true;
+    }
+    if (auto v = detail::env_int("TUTTI_TCP_STRIPE_BYTES", 64, 1L << 30)) o.stripe_bytes = static_cast<std::size_t>(*v);
+    if (auto v = detail::env_int("TUTTI_TCP_SPIN_US", 0, 1000000)) o.spin = std::chrono::microseconds(*v);
+    if (const char* i = detail::getenv_nonempty("TUTTI_SOCKET_IFNAME")) o.ifname = i;
+    return o;
+  }
+};
+
+namespace detail::tcp_impl {
+
+inline constexpr std::uint64_t message_magic = 0x67736d2d69747475ull;  // "utti-msg"
+inline constexpr std::uint64_t failure_magic = 0x6c69616669747475ull;  // "uttifail"
+inline constexpr std::uint64_t hello_magic = 0x6f6c6c6569747475ull;    // "uttiello"
+inline constexpr std::uint32_t hello_version = 1;
+inline constexpr std::size_t piece_bytes = std::size_t{256} << 10;    // recv_with hands pieces of this size
+inline constexpr std::size_t max_failure_text = 1024;
+
+/// The 64 bytes in front of every payload.
+struct wire_header {
+  std::uint64_t magic;
+  std::uint64_t fp[6];
+  std::uint64_t bytes;
+};
+static_assert(sizeof(wire_header) == 64 && sizeof(fingerprint) <= 48);
+
+/// One connection to a peer.
+struct link {
+  explicit link(asio::io_context& io) : sock(io) {}
+  asio::ip::tcp::socket sock;
+  bool clean = true;     // sending side between messages: a failure notice may be written
+  bool in_clean = true;  // receiving side between messages: what comes next is a header
+  scratch_buffer bounce;
+  int fd() { return static_cast<int>(sock.native_handle()); }
+};
+
+/// What every copy of one rank's transport shares: the connections and the store.
+struct mesh {
+  asio::io_context io;
+  int world_rank = 0, world_size = 1;
+  tcp_options opt;
+  bool oversubscribed = false;
+  std::vector<std::vector<std::unique_ptr<link>>> peers;  // [world rank][stream]
+  std::unique_ptr<store_server> server;                   // rank 0: the store lives as long as this
+  std::string failure;                                    // set by fail(): the transport is unusable
+};
+
+inline std::string sockaddr_text(const asio::ip::tcp::endpoint& e) {
+  return store_impl::host_port(e.address().to_string(), e.port());
+}
+
+/// The address of interface `ifname`, preferring `family`; `config_error` listing the
+/// interfaces when it has none.
+inline asio::ip::address interface_address(const std::string& ifname, int family) {
+  ifaddrs* all = nullptr;
+  if (::getifaddrs(&all) != 0) throw config_error("TUTTI_SOCKET_IFNAME: getifaddrs: " + errno_text(errno));
+  std::optional<asio::ip::address> best;
+  std::string names;
+  for (ifaddrs* i = all; i; i = i->ifa_next) {
+    if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6)) continue;
+    if (names.find(std::string(" ") + i->ifa_name + ",") == std::string::npos) names += std::string(" ") + i->ifa_name + ",";
+    if (ifname != i->ifa_name) continue;
+    asio::ip::address a;
+    if (i->ifa_addr->sa_family == AF_INET) {
+      asio::ip::address_v4::bytes_type b;
+      std::memcpy(b.data(), &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, 4);
+      a = asio::ip::address_v4(b);
+    } else {
+      const auto* s6 = reinterpret_cast<sockaddr_in6*>(i->ifa_addr);
+      asio::ip::address_v6::bytes_type b;
+      std::memcpy(b.data(), &s6->sin6_addr, 16);
+      a = asio::ip::address_v6(b, s6->sin6_scope_id);
+    }
+    // Prefer the family of the route to the master, then an address that is not link-local.
+    auto score = [&](const asio::ip::address& x) {
+      return ((x.is_v4() ? AF_INET : AF_INET6) == family ? 2 : 0) + (x.is_v6() && x.to_v6().is_link_local() ? 0 : 1);
+    };
+    if (!best || score(a) > score(*best)) best = a;
+  }
+  ::freeifaddrs(all);
+  if (!best) {
+    if (!names.empty()) names.pop_back();
+    throw config_error("TUTTI_SOCKET_IFNAME='" + ifname + "': no such interface with an IPv4 or IPv6 address "
+                       "(interfaces with one:" + names + ")");
+  }
+  return *best;
+}
+
+inline std::size_t sysctl_value(const char* path) {
+  std::ifstream f(path);
+  std::size_t v = 0;
+  f >> v;
+  return v;
+}
+
+/// The buffer sizes, set before connect/listen (the window scale is fixed then).
+template <class Socket>
+void set_buffers(Socket& s, const tcp_options& o) {
+  if (o.buffer_bytes == 0) return;
+  const bool snd = o.buffer_forced || sysctl_value("/proc/sys/net/core/wmem_max") >= o.buffer_bytes;
+  const bool rcv = o.buffer_forced || sysctl_value("/proc/sys/net/core/rmem_max") >= o.buffer_bytes;
+  asio::error_code ec;
+  if (snd) s.set_option(asio::socket_base::send_buffer_size(static_cast<int>(o.buffer_bytes)), ec);
+  if (rcv) s.set_option(asio::socket_base::receive_buffer_size(static_cast<int>(o.buffer_bytes)), ec);
+}
+
+inline std::string hello_text(int from, int world, int stream, int streams, const std::string& job, const std::string& token) {
+  store_impl::writer w;
+  w.num(hello_magic).num(hello_version).num(static_cast<std::int32_t>(from)).num(static_cast<std::int32_t>(world));
+  w.num(static_cast<std::int32_t>(stream)).num(static_cast<std::int32_t>(streams)).str(job).str(token);
+  return w.out;
+}
+
+/// Writes or reads all of `buf` on a non-blocking socket by the deadline (start-up only).
+inline void io_by(link& l, void* buf, std::size_t n, bool writing, std::chrono::steady_clock::time_point deadline,
+                  const std::string& what) {
+  auto* p = static_cast<char*>(buf);
+  while (n) {
+    asio::error_code ec;
+    const std::size_t k = writing ? l.sock.write_some(asio::buffer(p, n), ec) : l.sock.read_some(asio::buffer(p, n), ec);
+    p += k;
+    n -= k;
+    if (ec == asio::error::would_block || ec == asio::error::try_again || ec == asio::error::interrupted) {
+      const auto left = store_impl::left(deadline).count();
+      if (left <= 0) throw timeout_error("tcp start-up: timed out " + what);
+      pollfd pf{l.fd(), static_cast<short>(writing ? POLLOUT : POLLIN), 0};
+      ::poll(&pf, 1, static_cast<int>(std::min<long long>(left, 1000)));
+    } else if (ec) {
+      throw peer_lost("tcp start-up: connection lost " + what + ": " + ec.message());
+    }
+  }
+}
+
+}  // namespace detail::tcp_impl
+
+/// The TCP transport (see the file comment). Value type; copies share the connections.
+class tcp {
+ public:
+  /// Joins the job the environment describes (`job_env::from_env`, `config::from_env`,
+  /// `tcp_options::from_env`, `TUTTI_JOB_TOKEN`). Needs `MASTER_PORT` (and `MASTER_ADDR`
+  /// unless every rank runs on this host); waits for the other ranks up to `TUTTI_TIMEOUT`.
+  static tcp from_env() {
+    const job_env job = job_env::from_env();
+    const config cfg = config::from_env();
+    const char* token = detail::getenv_nonempty("TUTTI_JOB_TOKEN");
+    return create(job, cfg, tcp_options::from_env(), token ? token : "");
+  }
+
+  static tcp create(const job_env& job, const config& cfg, const tcp_options& opt, const std::string& token) {
+    using namespace detail::tcp_impl;
+    using clock = std::chrono::steady_clock;
+    auto m = std::make_shared<mesh>();
+    m->world_rank = job.rank;
+    m->world_size = job.world_size;
+    m->opt = opt;
+    m->peers.resize(static_cast<std::size_t>(job.world_size));
+    cpu_set_t cpus;
+    const int ncpu = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    m->oversubscribed = job.local_world_size > ncpu;
+    if (m->oversubscribed) m->opt.spin = std::chrono::microseconds(0);  // spinning starves the peer
+    tcp t;
+    t.mesh_ = m;
+    t.members_.resize(static_cast<std::size_t>(job.world_size));
+    for (int i = 0; i < job.world_size; ++i) t.members_[static_cast<std::size_t>(i)] = i;
+    t.rank_ = job.rank;
+    if (job.world_size == 1) return t;
+
+    if (job.master_port == 0)
+      throw config_error("tutti::tcp needs MASTER_PORT (and MASTER_ADDR) to find the rendezvous store on rank 0; "
+                         "tuttirun sets both (environment: " + job.source + ")");
+    std::string master = job.master_addr;
+    if (master.empty()) {
+      if (job.local_world_size != job.world_size)
+        throw config_error("tutti::tcp: MASTER_ADDR is not set, and not every rank runs on this host (" +
+                           std::to_string(job.local_world_size) + " of " + std::to_string(job.world_size) + ")");
+      master = "127.0.0.1";
+    }
+    if (token.empty())
+      detail::log(log_level::info, cfg, job.rank,
+                  "tcp: no TUTTI_JOB_TOKEN: the store and the connections accept any process that finds them "
+                  "(tuttirun sets a token)");
+    const auto deadline = clock::now() + cfg.timeout;
+    if (job.rank == 0) m->server = std::make_unique<store_server>(master, job.master_port, job.world_size, token);
+    store kv(master, job.master_port, job.rank, job.world_size, token, cfg.timeout);
+
+    // The address peers reach this rank by.
+    const sockaddr_storage local = kv.local_address();
+    asio::ip::address addr;
+    if (!opt.ifname.empty()) addr = interface_address(opt.ifname, local.ss_family);
+    else addr = asio::ip::make_address(detail::store_impl::addr_host(local));
+    asio::ip::tcp::acceptor acceptor(m->io);
+    const asio::ip::tcp::endpoint want(addr, 0);
+    try {
+      acceptor.open(want.protocol());
+      set_buffers(acceptor, m->opt);
+      acceptor.bind(want);
+      acceptor.listen(4096);
+      acceptor.non_blocking(true);
+    } catch (const std::system_error& e) {
+      throw config_error("tcp start-up: rank " + std::to_string(job.rank) + " cannot listen on " +
+                         sockaddr_text(want) + ": " + e.what() +
+                         (opt.ifname.empty() ? "" : " (TUTTI_SOCKET_IFNAME=" + opt.ifname + ")"));
+    }
+    const auto me = acceptor.local_endpoint();
+    detail::log(log_level::info, cfg, job.rank,
+                "tcp: listening on " + sockaddr_text(me) + ", " + std::to_string(opt.streams) +
+                    " stream(s) per peer, store at " + kv.where());
+    kv.set("tutti/addr/" + std::to_string(job.rank), me.address().to_string() + " " + std::to_string(me.port()));
+
+    const int S = opt.streams, R = job.rank, P = job.world_size;
+    auto left = [&] { return std::max(detail::store_impl::left(deadline), std::chrono::milliseconds(1)); };
+    // 1. Connect to every higher rank; the hello goes out at once, the answer is read in step 3.
+    for (int j = R + 1; j < P; ++j) {
+      const std::string where = kv.get("tutti/addr/" + std::to_string(j), left());
+      const auto space = where.find(' ');
+      asio::ip::tcp::endpoint ep;
+      try {
+        ep = asio::ip::tcp::endpoint(asio::ip::make_address(where.substr(0, space)),
+                                     static_cast<unsigned short>(std::stoi(where.substr(space + 1))));
+      } catch (const std::exception&) {
+        throw config_error("tcp start-up: rank " + std::to_string(j) + " published a malformed address '" + where + "'");
+      }
+      for (int s = 0; s < S; ++s) {
+        auto l = std::make_unique<link>(m->io);
+        connect(*l, ep, m->opt, deadline, R, j);
+        std::string hello = hello_text(R, P, s, S, job.job_id, token);
+        io_by(*l, hello.data(), hello.size(), true, deadline,
+              "sending the hello to rank " + std::to_string(j) + " at " + sockaddr_text(ep));
+        m->peers[static_cast<std::size_t>(j)].push_back(std::move(l));
+      }
+    }
+    // 2. Accept every lower rank's connections.
+    accept_all(*m, acceptor, job, token, deadline);
+    acceptor.close();
+    // 3. Every higher rank's answer.
+    for (int j = R + 1; j < P; ++j)
+      for (auto& l : m->peers[static_cast<std::size_t>(j)]) {
+        char head[8 + 1 + 4];
+        const std::string what = "waiting for rank " + std::to_string(j) + " to accept rank " + std::to_string(R);
+        io_by(*l, head, sizeof head, false, deadline, what);
+        detail::store_impl::reader r{std::string_view(head, sizeof head)};
+        const auto mg = r.num<std::uint64_t>();
+        const auto st = r.num<std::uint8_t>();
+        const auto n = r.num<std::uint32_t>();
+        if (mg != hello_magic || n > 4096)
+          throw config_error("tcp start-up: rank " + std::to_string(j) + " answered rank " + std::to_string(R) +
+                             " with something that is not tutti's");
+        std::string msg(n, '\0');
+        io_by(*l, msg.data(), n, false, deadline, what);
+        if (st != 0)
+          throw config_error("tcp start-up: rank " + std::to_string(j) + " refused rank " + std::to_string(R) + ": " + msg);
+      }
+    return t;
+  }
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return static_cast<int>(members_.size()); }
+
+  tcp sub(std::span<const int> members, std::uint64_t context) const {
+    tcp t = *this;
+    t.context_ = context;
+    std::tie(t.members_, t.rank_) = detail::pick_members(members_, rank_, members);
+    return t;
+  }
+
+  // ---- point to point -------------------------------------------------------------------
+
+  void send(int peer, const header& h, const std::byte* data, const wait_context& w) {
+    outgoing out(*this, peer, h, data);
+    run(&out, nullptr, w);
+  }
+  void recv(int peer, const header& h, std::byte* data, const wait_context& w) {
+    incoming in(*this, peer, h, data, nullptr);
+    run(nullptr, &in, w);
+  }
+  void sendrecv(int to, const header& hs, const std::byte* sdata, int from, const header& hr, std::byte* rdata,
+                const wait_context& w) {
+    outgoing out(*this, to, hs, sdata);
+    incoming in(*this, from, hr, rdata, nullptr);
+    run(&out, &in, w);
+  }
+  void recv_with(int peer, const header& h, byte_consumer consume, const wait_context& w) {
+    incoming in(*this, peer, h, nullptr, &consume);
+    run(nullptr, &in, w);
+  }
+  void sendrecv_with(int to, const header& hs, const std::byte* sdata, int from, const header& hr,
+                     byte_consumer consume, const wait_context& w) {
+    outgoing out(*this, to, hs, sdata);
+    incoming in(*this, from, hr, nullptr, &consume);
+    run(&out, &in, w);
+  }
+
+  /// Marks this rank failed: tells every peer why (where its stream is between messages) and
+  /// closes every connection, so peers raise `peer_lost` naming this rank instead of waiting.
+  void fail(std::string_view what) noexcept {
+    using namespace detail::tcp_impl;
+    auto& m = *mesh_;
+    if (m.failure.empty()) m.failure = what.empty() ? std::string("failed") : std::string(what);
+    const std::string text = m.failure.substr(0, max_failure_text);
+    for (auto& streams : m.peers)
+      for (std::size_t s = 0; s < streams.size(); ++s) {
+        link& l = *streams[s];
+        if (!l.sock.is_open()) continue;
+        if (s == 0 && l.clean) {
+          wire_header h{};
+          h.magic = failure_magic;
+          h.bytes = text.size();
+          std::array<asio::const_buffer, 2> bufs{asio::buffer(&h, sizeof h), asio::buffer(text)};
+          asio::error_code ec;
+          l.sock.write_some(bufs, ec);  // best effort: a full socket buffer drops the reason
+        }
+        asio::error_code ec;
+        l.sock.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
+        l.sock.close(ec);
+      }
+  }
+
+  /// The options this transport runs with (streams, buffers, ...).
+  const tcp_options& options() const noexcept { return mesh_->opt; }
+
+  /// The descriptor of connection `stream` to `peer` (a rank of this group): for diagnostics
+  /// and tests. Writing to it corrupts the stream.
+  int native_handle(int peer, int stream = 0) const {
+    return mesh_->peers[static_cast<std::size_t>(world(peer))][static_cast<std::size_t>(stream)]->fd();
+  }
+
+ private:
+  using link = detail::tcp_impl::link;
+
+  /// One stretch of bytes to move on one link: the header (stream 0) and a part of the payload.
+  struct part {
+    link* l = nullptr;
+    std::size_t offset = 0, n = 0, done = 0;  // payload range [offset, offset+n), bytes moved
+    std::size_t head_done = 0;                // header bytes moved (stream 0 only)
+    bool has_head = false;
+    std::size_t piece = 0;                    // recv_with: bytes in the bounce buffer
+  };
+
+  struct outgoing {
+    outgoing(tcp& t, int peer_, const header& h_, const std::byte* data_) : peer(peer_), h(h_), data(data_) {
+      wire.magic = detail::tcp_impl::message_magic;
+      fingerprint fp = h.fp;
+      fp.context = t.context_;
+      std::memcpy(wire.fp, &fp, sizeof fp);
+      wire.bytes = h.bytes;
+      t.plan(peer, h.bytes, parts, count);
+    }
+    int peer;
+    const header& h;
+    const std::byte* data;
+    detail::tcp_impl::wire_header wire{};
+    std::array<part, 16> parts;
+    int count = 0;
+  };
+
+  struct incoming {
+    incoming(tcp& t, int peer_, const header& h_, std::byte* dst_, byte_consumer* consume_)
+        : peer(peer_), h(h_), dst(dst_), consume(consume_) {
+      t.plan(peer, h.bytes, parts, count);
+    }
+    int peer;
+    const header& h;
+    std::byte* dst;
+    byte_consumer* consume;
+    detail::tcp_impl::wire_header wire{};
+    bool checked = false;
+    std::array<part, 16> parts;
+    int count = 0;
+  };
+
+  int world(int r) const { return members_[static_cast<std::size_t>(r)]; }
+  std::string name(int r) const {
+    std::string s = "rank " + std::to_string(r);
+    if (context_ != 0) s += " (world rank " + std::to_string(world(r)) + ")";
+    return s;
+  }
+
+  /// Cuts `bytes` of payload to `peer` into one part per stream (only the first when the
+  /// payload is small), each starting at a multiple of 64 bytes.
+  void plan(int peer, std::size_t bytes, std::array<part, 16>& parts, int& count) {
+    auto& m = *mesh_;
+    if (!m.failure.empty()) throw error(errc::aborted, "tcp: this rank failed earlier: " + m.failure);
+    if (peer < 0 || peer >= size() || peer == rank_)
+      throw usage_error("tcp: rank " + std::to_string(rank_) + " cannot send to or receive from rank " +
+                        std::to_string(peer) + " (itself, or outside the group of " + std::to_string(size()) + ")");
+    auto& streams = m.peers[static_cast<std::size_t>(world(peer))];
+    const std::size_t k = bytes >= m.opt.stripe_bytes ? streams.size() : 1;
+    const std::size_t per = ((bytes + k - 1) / k + 63) & ~std::size_t{63};
+    count = 0;
+    for (std::size_t s = 0; s < k; ++s) {
+      const std::size_t off = std::min(bytes, s * per), end = std::min(bytes, off + per);
+      if (s > 0 && end == off) break;
+      part& p = parts[static_cast<std::size_t>(count++)];
+      p.l = streams[s].get();
+      p.offset = off;
+      p.n = end - off;
+      p.has_head = s == 0;
+    }
+  }
+
+  /// Moves `out` and `in` (either may be null) until both are complete, by the deadline.
+  void run(outgoing* out, incoming* in, const wait_context& w) {
+    using clock = std::chrono::steady_clock;
+    const auto start = clock::now();
+    const auto deadline = start + w.timeout;
+    auto last_progress = start;
+    std::array<pollfd, 32> fds;  // at most 16 parts each way
+    std::size_t nfds = 0;
+    while (true) {
+      bool moved = false, done = true;
+      if (out)
+        for (int i = 0; i < out->count; ++i) {
+          part& p = out->parts[static_cast<std::size_t>(i)];
+          if (p.done == p.n && (!p.has_head || p.head_done == sizeof out->wire)) continue;
+          moved |= write_part(*out, p, w);
+          if (p.done < p.n || (p.has_head && p.head_done < sizeof out->wire)) done = false;
+        }
+      if (in)
+        for (int i = 0; i < in->count; ++i) {
+          part& p = in->parts[static_cast<std::size_t>(i)];
+          if (!p.has_head && !in->checked) {  // the payload waits for the checked header
+            done = false;
+            continue;
+          }
+          if (p.done == p.n && (!p.has_head || p.head_done == sizeof in->wire)) continue;
+          moved |= read_part(*in, p, w);
+          if (p.done < p.n || (p.has_head && p.head_done < sizeof in->wire)) done = false;
+        }
+      if (done) {
+        if (in) in->parts[0].l->in_clean = true;
+        return;
+      }
+      const auto now = clock::now();
+      if (moved) {
+        last_progress = now;
+        continue;
+      }
+      if (now - last_progress < mesh_->opt.spin) {
+        detail::cpu_relax();
+        continue;
+      }
+      if (now >= deadline) timed_out(out, in, w);
+      nfds = 0;
+      if (out)
+        for (int i = 0; i < out->count; ++i) {
+          part& p = out->parts[static_cast<std::size_t>(i)];
+          if (p.done < p.n || (p.has_head && p.head_done < sizeof out->wire)) fds[nfds++] = {p.l->fd(), POLLOUT, 0};
+        }
+      if (in)
+        for (int i = 0; i < in->count; ++i) {
+          part& p = in->parts[static_cast<std::size_t>(i)];
+          if ((p.has_head || in->checked) && (p.done < p.n || (p.has_head && p.head_done < sizeof in->wire)))
+            fds[nfds++] = {p.l->fd(), POLLIN, 0};
+        }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1;
+      ::poll(fds.data(), nfds, static_cast<int>(std::min<long long>(left, 1000)));
+    }
+  }
+
+  /// One gather write of what is left of the header and the part; true if bytes moved.
+  bool write_part(outgoing& o, part& p, const wait_context& w) {
+    std::array<asio::const_buffer, 2> bufs{
+        asio::buffer(reinterpret_cast<const char*>(&o.wire) + p.head_done, p.has_head ? sizeof o.wire - p.head_done : 0),
+        asio::buffer(o.data + p.offset + p.done, p.n - p.done)};
+    asio::error_code ec;
+    std::size_t k = p.l->sock.write_some(bufs, ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again || ec == asio::error::interrupted) return false;
+    if (ec) lost(o.peer, o.h, w, "sending to", ec);
+    p.l->clean = false;
+    if (p.has_head) {
+      const std::size_t hk = std::min(k, sizeof o.wire - p.head_done);
+      p.head_done += hk;
+      k -= hk;
+    }
+    p.done += k;
+    if (p.done == p.n && (!p.has_head || p.head_done == sizeof o.wire)) p.l->clean = true;
+    return true;
+  }
+
+  /// Reads what has arrived for `p`: the header first (checked before any payload moves), then
+  /// the payload into the destination or, for a consumer, into the link's bounce buffer.
+  bool read_part(incoming& in, part& p, const wait_context& w) {
+    using namespace detail::tcp_impl;
+    asio::error_code ec;
+    bool moved = false;
+    if (p.has_head && p.head_done < sizeof in.wire) {
+      const std::size_t k = p.l->sock.read_some(
+          asio::buffer(reinterpret_cast<char*>(&in.wire) + p.head_done, sizeof in.wire - p.head_done), ec);
+      p.head_done += k;
+      if (k) p.l->in_clean = false;
+      if (ec && ec != asio::error::would_block && ec != asio::error::try_again && ec != asio::error::interrupted)
+        lost(in.peer, in.h, w, "receiving from", ec);
+      if (p.head_done < sizeof in.wire) return k > 0;
+      check(in, p, w);
+      moved = true;
+      if (p.n == 0) return true;
+    }
+    if (p.done == p.n) return moved;
+    std::byte* to;
+    std::size_t room;
+    if (in.consume) {
+      std::byte* b = p.l->bounce.reserve(piece_bytes);
+      to = b + p.piece;
+      room = std::min(piece_bytes - p.piece, p.n - p.done);
+    } else {
+      to = in.dst + p.offset + p.done;
+      room = p.n - p.done;
+    }
+    const std::size_t k = p.l->sock.read_some(asio::buffer(to, room), ec);
+    if (ec && ec != asio::error::would_block && ec != asio::error::try_again && ec != asio::error::interrupted)
+      lost(in.peer, in.h, w, "receiving from", ec);
+    p.done += k;
+    if (in.consume) {
+      p.piece += k;
+      if (p.piece == piece_bytes || p.done == p.n) {
+        // Pieces start at 64-byte multiples of the payload: parts do, and pieces are 256 KiB.
+        (*in.consume)(p.l->bounce.reserve(piece_bytes), p.offset + p.done - p.piece, p.piece);
+        p.piece = 0;
+      }
+    }
+    return moved || k > 0;
+  }
+
+  void check(incoming& in, part& p, const wait_context& w) {
+    using namespace detail::tcp_impl;
+    if (in.wire.magic == failure_magic) {
+      // The peer failed and said why; its text follows (best effort, briefly).
+      std::string text(std::min<std::size_t>(in.wire.bytes, max_failure_text), '\0');
+      try {
+        io_by(*p.l, text.data(), text.size(), false, std::chrono::steady_clock::now() + std::chrono::seconds(1), "");
+      } catch (const error&) {
+        text = "(reason lost)";
+      }
+      throw peer_lost(detail::where(in.h, w.algorithm) + ": " + name(in.peer) + " failed while rank " +
+                      std::to_string(rank_) + " waited for it: " + text);
+    }
+    if (in.wire.magic != message_magic)
+      throw error(errc::aborted, detail::where(in.h, w.algorithm) + ": rank " + std::to_string(rank_) +
+                                     " received a malformed header from " + name(in.peer) +
+                                     " (not a tutti message: the stream is corrupt or another program wrote to it)");
+    header got;
+    std::memcpy(&got.fp, in.wire.fp, sizeof got.fp);
+    got.bytes = in.wire.bytes;
+    header want = in.h;
+    want.fp.context = context_;
+    detail::check_header(want, rank_, got, in.peer, w.algorithm);
+    in.checked = true;
+  }
+
+  [[noreturn]] void lost(int peer, const header& h, const wait_context& w, const char* doing, const asio::error_code& ec) {
+    // A peer that failed may have said why before closing, on a stream this rank was not reading
+    // (it was sending): the notice is the next thing to read there.
+    if (std::string why = failure_notice(peer); !why.empty())
+      throw peer_lost(detail::where(h, w.algorithm) + ": " + name(peer) + " failed while rank " + std::to_string(rank_) +
+                      " was " + doing + " it: " + why);
+    const bool closed = ec == asio::error::eof || ec == asio::error::connection_reset || ec == asio::error::broken_pipe;
+    throw peer_lost(detail::where(h, w.algorithm) + ": rank " + std::to_string(rank_) + " lost " + name(peer) +
+                    " while " + doing + " it (" + std::to_string(h.bytes) + " bytes): " +
+                    (closed ? "the connection was closed (the peer exited, crashed or failed)" : ec.message()));
+  }
+
+  /// The reason a failed peer sent (see `fail`), if it waits unread on stream 0; else empty.
+  std::string failure_notice(int peer) {
+    using namespace detail::tcp_impl;
+    link& l = *mesh_->peers[static_cast<std::size_t>(world(peer))][0];
+    if (!l.in_clean || !l.sock.is_open()) return {};
+    wire_header h{};
+    if (::recv(l.fd(), &h, sizeof h, MSG_PEEK | MSG_DONTWAIT) != static_cast<ssize_t>(sizeof h) || h.magic != failure_magic)
+      return {};
+    std::string buf(sizeof h + std::min<std::size_t>(h.bytes, max_failure_text), '\0');
+    const ssize_t k = ::recv(l.fd(), buf.data(), buf.size(), MSG_DONTWAIT);
+    l.in_clean = false;
+    if (k <= static_cast<ssize_t>(sizeof h)) return "(reason lost)";
+    return buf.substr(sizeof h, static_cast<std::size_t>(k) - sizeof h);
+  }
+
+  [[noreturn]] void timed_out(outgoing* out, incoming* in, const wait_context& w) {
+    // Name what is still missing: the receive when it is unfinished, else the send.
+    bool in_missing = false;
+    if (in)
+      for (int i = 0; i < in->count; ++i) {
+        const part& p = in->parts[static_cast<std::size_t>(i)];
+        in_missing |= p.done < p.n || (p.has_head && p.head_done < sizeof in->wire);
+      }
+    const header& h = in_missing ? in->h : out->h;
+    const int peer = in_missing ? in->peer : out->peer;
+    throw timeout_error(detail::where(h, w.algorithm) + ": rank " + std::to_string(rank_) + " timed out after " +
+                        detail::seconds_text(w.timeout) + " waiting " +
+                        (in_missing ? "to receive from " : "to send to ") + name(peer) + " (" +
+                        std::to_string(h.bytes) + " bytes, " + detail::fingerprint_summary(h.fp) + ")");
+  }
+
+  static void connect(link& l, const asio::ip::tcp::endpoint& ep, const tcp_options& opt,
+                      std::chrono::steady_clock::time_point deadline, int me, int peer) {
+    using namespace detail::tcp_impl;
+    std::string why;
+    for (auto pause = std::chrono::milliseconds(2);; pause = std::min(pause * 2, std::chrono::milliseconds(200))) {
+      asio::error_code ec;
+      l.sock.close(ec);
+      l.sock.open(ep.protocol());
+      set_buffers(l.sock, opt);
+      l.sock.set_option(asio::ip::tcp::no_delay(true));
+      l.sock.non_blocking(true);
+      // asio's connect would wait without a deadline: connect the descriptor, poll it.
+      int rc = ::connect(l.fd(), ep.data(), static_cast<socklen_t>(ep.size()));
+      int err = rc == 0 ? 0 : errno;
+      if (err == EINPROGRESS) {
+        pollfd pf{l.fd(), POLLOUT, 0};
+        const auto left = std::max<long long>(1, std::min<long long>(detail::store_impl::left(deadline).count(), 5000));
+        if (::poll(&pf, 1, static_cast<int>(left)) > 0) {
+          socklen_t len = sizeof err;
+          ::getsockopt(l.fd(), SOL_SOCKET, SO_ERROR, &err, &len);
+        } else {
+          err = ETIMEDOUT;
+        }
+      }
+      if (err == 0) return;
+      why = detail::errno_text(err);
+      if (detail::store_impl::left(deadline).count() <= 0)
+        throw timeout_error("tcp start-up: rank " + std::to_string(me) + " cannot connect to rank " +
+                            std::to_string(peer) + " at " + sockaddr_text(ep) + ": " + why +
+                            " (a firewall, or an address not reachable from here: see TUTTI_SOCKET_IFNAME)");
+      std::this_thread::sleep_for(pause);
+    }
+  }
+
+  /// Accepts the S connections of every lower rank; strangers are ignored, bad hellos refused.
+  static void accept_all(detail::tcp_impl::mesh& m, asio::ip::tcp::acceptor& acceptor, const job_env& job,
+                         const std::string& token, std::chrono::steady_clock::time_point deadline) {
+    using namespace detail::tcp_impl;
+    const int S = m.opt.streams, R = job.rank;
+    struct waiting {
+      std::unique_ptr<link> l;
+      std::string in;
+    };
+    std::vector<waiting> pending;
+    for (int r = 0; r < R; ++r) m.peers[static_cast<std::size_t>(r)].resize(static_cast<std::size_t>(S));
+    int missing = R * S;
+    while (missing > 0) {
+      std::vector<pollfd> fds{{acceptor.native_handle(), POLLIN, 0}};
+      for (auto& p : pending) fds.push_back({p.l->fd(), POLLIN, 0});
+      const auto left = detail::store_impl::left(deadline).count();
+      if (left <= 0) {
+        std::string who;
+        for (int r = 0; r < R; ++r)
+          for (int s = 0; s < S; ++s)
+            if (!m.peers[static_cast<std::size_t>(r)][static_cast<std::size_t>(s)]) {
+              who += (who.empty() ? "" : ", ") + std::to_string(r);
+              break;
+            }
+        throw timeout_error("tcp start-up: rank " + std::to_string(R) + " timed out waiting for rank(s) " + who +
+                            " to connect to " + sockaddr_text(acceptor.local_endpoint()));
+      }
+      ::poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(left, 1000)));
+      if (fds[0].revents & POLLIN) {
+        while (true) {
+          auto l = std::make_unique<link>(m.io);
+          asio::error_code ec;
+          acceptor.accept(l->sock, ec);
+          if (ec) break;
+          l->sock.set_option(asio::ip::tcp::no_delay(true), ec);
+          l->sock.non_blocking(true, ec);
+          pending.push_back({std::move(l), {}});
+        }
+      }
+      for (std::size_t i = 0; i < pending.size();) {
+        auto& p = pending[i];
+        char buf[1024];
+        asio::error_code ec;
+        const std::size_t k = p.l->sock.read_some(asio::buffer(buf), ec);
+        p.in.append(buf, k);
+        bool drop = (ec && ec != asio::error::would_block && ec != asio::error::try_again) || p.in.size() > 1024;
+        detail::store_impl::reader r{p.in};
+        const auto mg = r.num<std::uint64_t>();
+        if (r.ok && mg != hello_magic) drop = true;  // a stranger: ignore it
+        const auto version = r.num<std::uint32_t>();
+        const auto from = r.num<std::int32_t>();
+        const auto world = r.num<std::int32_t>();
+        const auto stream = r.num<std::int32_t>();
+        const auto streams = r.num<std::int32_t>();
+        const auto job_id = r.str(256);
+        const auto their_token = r.str(detail::store_impl::max_token);
+        if (drop || !r.ok) {
+          if (drop) pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+          else ++i;
+          continue;
+        }
+        std::string refusal;
+        bool fatal = true;
+        if (version != hello_version) refusal = "protocol version " + std::to_string(version) + " differs from " + std::to_string(hello_version);
+        else if (their_token != token || job_id != job.job_id) {
+          refusal = "wrong job token or job id: not a rank of this job";
+          fatal = false;
+        } else if (world != job.world_size)
+          refusal = "rank " + std::to_string(from) + " says the world has " + std::to_string(world) + " ranks, rank " +
+                    std::to_string(R) + " says " + std::to_string(job.world_size);
+        else if (streams != S)
+          refusal = "rank " + std::to_string(from) + " uses TUTTI_TCP_STREAMS=" + std::to_string(streams) + ", rank " +
+                    std::to_string(R) + " uses " + std::to_string(S);
+        else if (from < 0 || from >= R || stream < 0 || stream >= S)
+          refusal = "rank " + std::to_string(from) + " (stream " + std::to_string(stream) + ") should not connect to rank " + std::to_string(R);
+        else if (m.peers[static_cast<std::size_t>(from)][static_cast<std::size_t>(stream)])
+          refusal = "two processes connect as rank " + std::to_string(from) + " (stream " + std::to_string(stream) + ")";
+        detail::store_impl::writer a;
+        a.num(hello_magic).num(static_cast<std::uint8_t>(refusal.empty() ? 0 : 1)).str(refusal);
+        try {
+          io_by(*p.l, a.out.data(), a.out.size(), true, deadline, "answering a connection");
+        } catch (const error&) {
+          if (refusal.empty()) throw;
+        }
+        if (!refusal.empty()) {
+          if (fatal) throw config_error("tcp start-up: rank " + std::to_string(R) + " refused a connection: " + refusal);
+          pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+          continue;
+        }
+        m.peers[static_cast<std::size_t>(from)][static_cast<std::size_t>(stream)] = std::move(p.l);
+        --missing;
+        pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+      }
+    }
+  }
+
+  std::shared_ptr<detail::tcp_impl::mesh> mesh_;
+  std::vector<int> members_;
+  int rank_ = 0;
+  std::uint64_t context_ = 0;
+};
+
+static_assert(transport<tcp>);
+static_assert(zero_copy_recv<tcp>);
+
+}  // namespace tutti

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Jobs across hosts, simulated with network namespaces: three "nodes" (namespaces) joined by veth
+# pairs to a bridge in a fourth, with private addresses 10.77.0.1-3/24 and fd77::1-3/64 and
+# nothing else (no route anywhere). tuttirun runs in each node; every collective is verified by
+# tutti_tcp_tests in a 4-rank (2 nodes x 2) and a 6-rank (3 x 2) job, once over IPv6, once with
+# TUTTI_SOCKET_IFNAME; the tcp demo runs across two nodes too. Needs root (CAP_NET_ADMIN);
+# elsewhere it exits 77, which ctest reports as skipped. The namespaces are always removed.
+# hierarchy<shm, tcp> is checked against the flat result on 2 nodes x 2 ranks.
+# Usage: netns.sh <tuttirun> <tutti_tcp_tests> <tutti_hierarchy_tests> [tutti_demo_tcp]
+set -u
+tuttirun=$1 prog=$2 hier=$3 demo=${4:-}
+skip() { echo "SKIP: $*"; exit 77; }
+[[ $(id -u) -eq 0 ]] || skip "needs root to create network namespaces"
+command -v ip >/dev/null || skip "needs iproute2 (ip)"
+
+tag="t77$$"
+hub="${tag}h"
+nodes=("${tag}a" "${tag}b" "${tag}c")
+cleanup() {
+  for ns in "${nodes[@]}" "$hub"; do ip netns del "$ns" 2>/dev/null; done
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+ip netns add "$hub" 2>/dev/null || skip "cannot create a network namespace here (ip netns add failed: no CAP_NET_ADMIN?)"
+ip -n "$hub" link add br77 type bridge || skip "cannot create a bridge"
+ip -n "$hub" link set br77 up
+i=0
+for ns in "${nodes[@]}"; do
+  i=$((i + 1))
+  ip netns add "$ns" || skip "cannot create namespace $ns"
+  # One veth pair per node: "eth77" inside the node, "p$i" on the hub's bridge.
+  ip link add "${tag}x$i" type veth peer name "${tag}y$i" || skip "cannot create veth pairs"
+  ip link set "${tag}x$i" netns "$ns"
+  ip link set "${tag}y$i" netns "$hub"
+  ip -n "$ns" link set "${tag}x$i" name eth77
+  ip -n "$hub" link set "${tag}y$i" name "p$i"
+  ip -n "$hub" link set "p$i" master br77 up
+  ip -n "$ns" link set lo up
+  ip -n "$ns" addr add "10.77.0.$i/24" dev eth77
+  ip -n "$ns" addr add "fd77::$i/64" dev eth77 nodad
+  ip -n "$ns" link set eth77 up
+done
+pass=0 fail=0
+check() { if eval "$2"; then pass=$((pass + 1)); echo "PASS $1"; else fail=$((fail + 1)); echo "FAIL $1"; fi; }
+logs=$(mktemp -d)
+trap 'cleanup; rm -rf "$logs"' EXIT
+
+# job NAME NNODES NPROC MASTER PROGRAM ARGS...: tuttirun on the first NNODES nodes at once.
+job() {
+  local name=$1 nnodes=$2 nproc=$3 master=$4
+  shift 4
+  local port=$((20000 + RANDOM % 20000)) token
+  token=$(head -c16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+  local pids=() k
+  for ((k = 0; k < nnodes; k++)); do
+    TUTTI_JOB_TOKEN=$token TUTTI_TIMEOUT=120 timeout 600 ip netns exec "${nodes[$k]}" \
+      "$tuttirun" --nnodes="$nnodes" --node-rank="$k" --nproc-per-node="$nproc" \
+      --master-addr="$master" --master-port="$port" "$@" >"$logs/$name.$k" 2>&1 &
+    pids+=($!)
+  done
+  local status=0
+  for k in "${!pids[@]}"; do wait "${pids[$k]}" || status=$?; done
+  if [[ $status -ne 0 ]]; then
+    echo "---- $name (exit $status), last lines per node:"
+    for ((k = 0; k < nnodes; k++)); do tail -15 "$logs/$name.$k"; done
+  fi
+  return $status
+}
+# Every rank of the job printed doctest's success line.
+all_passed() {
+  local name=$1 ranks=$2
+  [[ $(cat "$logs/$name".* | grep -c 'Status: SUCCESS') -eq $ranks ]]
+}
+
+job v4_2x2 2 2 10.77.0.1 "$prog"
+check "4 ranks on 2 nodes (2x2) over IPv4: every collective verified" "all_passed v4_2x2 4"
+
+job v4_3x2 3 2 10.77.0.1 "$prog"
+check "6 ranks on 3 nodes (3x2) over IPv4: every collective verified" "all_passed v4_3x2 6"
+
+job v6_2x2 2 2 fd77::1 "$prog"
+check "4 ranks on 2 nodes (2x2) over IPv6: every collective verified" "all_passed v6_2x2 4"
+
+TUTTI_SOCKET_IFNAME=eth77 TUTTI_TCP_STREAMS=2 job ifname_2x3 2 3 10.77.0.1 "$prog" -tc='*every collective*automatic*,*large*'
+check "6 ranks on 2 nodes (2x3), TUTTI_SOCKET_IFNAME=eth77, 2 streams per pair" "all_passed ifname_2x3 6"
+
+job hier_2x2 2 2 10.77.0.1 "$hier"
+check "hierarchy<shm, tcp> on 2 nodes (2x2): all_reduce equals the flat one" "all_passed hier_2x2 4"
+
+if [[ -n $demo ]]; then
+  TUTTI_DEBUG=info job demo 2 2 10.77.0.1 "$demo"
+  status=$?
+  check "the tcp demo on 2 nodes (2x2) exits 0" "[[ $status -eq 0 ]]"
+  check "the demo's ranks on node 1 listen on node 1's address" \
+    "grep -q 'tcp: listening on 10.77.0.2:' '$logs/demo.1'"
+  check "the demo's all_reduce gives [24, 28, 32, 36] on all 4 ranks" \
+    "[[ \$(cat '$logs'/demo.* | grep -c 'all_reduce(SUM): input .* -> output \[24, 28, 32, 36\]') -eq 4 ]]"
+  check "the demo's broadcast gives rank 0's data on all 4 ranks" \
+    "[[ \$(cat '$logs'/demo.* | grep -c 'broadcast(src=0): input .* -> output \[0, 1, 2, 3\]') -eq 4 ]]"
+fi
+
+echo "$pass passed, $fail failed"
+[[ $fail -eq 0 ]]

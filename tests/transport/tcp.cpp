@@ -1,0 +1,368 @@
+// tutti::tcp in one process: ranks as threads, each with its own transport over real loopback
+// sockets. Start-up, the wire and every error a user can meet; the collectives themselves run as
+// processes in tests/multiproc/tcp_collectives.cpp.
+#include <doctest/doctest.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <tutti/transport/tcp.hpp>
+#include <vector>
+
+#include "../support/collective_checks.hpp"
+
+using namespace tutti;
+using namespace std::chrono_literals;
+
+namespace {
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+struct setup {
+  int n = 2;
+  std::string master = "127.0.0.1";
+  tcp_options opt{};
+  std::chrono::milliseconds timeout = 10s;
+  std::function<void(int, job_env&, std::string& token)> tweak = [](int, job_env&, std::string&) {};
+};
+
+/// Starts `s.n` ranks as threads and runs `body(transport)` on each; returns what each rank
+/// threw ("" when it returned).
+std::vector<std::string> run_tcp(const setup& s, const std::function<void(tcp&)>& body) {
+  const int port = free_port();
+  std::vector<std::string> outcome(static_cast<std::size_t>(s.n));
+  std::vector<std::thread> ts;
+  for (int r = 0; r < s.n; ++r)
+    ts.emplace_back([&, r] {
+      try {
+        job_env j;
+        j.rank = j.local_rank = r;
+        j.world_size = j.local_world_size = s.n;
+        j.master_addr = s.master;
+        j.master_port = port;
+        j.job_id = "unit";
+        j.source = "test";
+        std::string token = "token";
+        s.tweak(r, j, token);
+        config c;
+        c.timeout = s.timeout;
+        tcp t = tcp::create(j, c, s.opt, token);
+        body(t);
+      } catch (const std::exception& e) {
+        outcome[static_cast<std::size_t>(r)] = std::string("threw: ") + e.what();
+      }
+    });
+  for (auto& t : ts) t.join();
+  return outcome;
+}
+
+header make_header(std::size_t bytes, std::uint64_t count = 7) {
+  header h;
+  h.fp.coll = collective::all_reduce;
+  h.fp.count = count;
+  h.fp.seq = 3;
+  h.bytes = bytes;
+  return h;
+}
+
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_SUITE_BEGIN("unit");
+
+TEST_CASE("tcp: a mesh of threads runs the collectives") {
+  for (int streams : {1, 3}) {
+    CAPTURE(streams);
+    setup s;
+    s.n = 3;
+    s.opt.streams = streams;
+    s.opt.stripe_bytes = 1024;
+    const auto out = run_tcp(s, [](tcp& t) {
+      CHECK(t.size() == 3);
+      CHECK_THROWS_AS(t.send(t.rank(), make_header(0), nullptr, wait_context{1s, "test"}), usage_error);
+      CHECK_THROWS_AS(t.recv(3, make_header(0), nullptr, wait_context{1s, "test"}), usage_error);
+      communicator<tcp> comm(std::move(t), {}, config{});
+      test::check_collectives<algo::automatic, float>(comm, 1000, op::sum{});
+      test::check_collectives<algo::ring, std::int32_t>(comm, 5000, op::max{});
+      test::check_collectives<algo::recursive_doubling, double>(comm, 3, op::sum{});
+    });
+    for (const auto& o : out) CHECK(o == "");
+  }
+}
+
+TEST_CASE("tcp: sendrecv is full duplex for messages far larger than the socket buffers") {
+  for (int streams : {1, 2}) {
+    CAPTURE(streams);
+    setup s;
+    s.opt.streams = streams;
+    const std::size_t n = std::size_t{48} << 20;
+    const auto out = run_tcp(s, [&](tcp& t) {
+      const int other = 1 - t.rank();
+      std::vector<std::byte> mine(n), theirs(n);
+      for (std::size_t i = 0; i < n; i += 4096) mine[i] = static_cast<std::byte>(t.rank() + 1 + i / 4096);
+      const header h = make_header(n);
+      t.sendrecv(other, h, mine.data(), other, h, theirs.data(), wait_context{20s, "test"});
+      bool ok = true;
+      for (std::size_t i = 0; i < n; i += 4096) ok = ok && theirs[i] == static_cast<std::byte>(other + 1 + i / 4096);
+      CHECK(ok);
+    });
+    for (const auto& o : out) CHECK(o == "");
+  }
+}
+
+TEST_CASE("tcp: recv_with hands the payload over in 64-byte aligned pieces, in order") {
+  setup s;
+  s.opt.streams = 2;
+  s.opt.stripe_bytes = 4096;
+  const std::size_t n = (std::size_t{3} << 20) + 100;
+  const auto out = run_tcp(s, [&](tcp& t) {
+    std::vector<std::byte> data(n);
+    for (std::size_t i = 0; i < n; ++i) data[i] = static_cast<std::byte>(i * 7);
+    if (t.rank() == 0) {
+      t.send(1, make_header(n), data.data(), wait_context{10s, "test"});
+    } else {
+      std::vector<std::byte> got(n);
+      std::size_t total = 0;
+      bool aligned = true;
+      auto consume = [&](const std::byte* p, std::size_t off, std::size_t k) {
+        aligned = aligned && off % 64 == 0;
+        std::memcpy(got.data() + off, p, k);
+        total += k;
+      };
+      t.recv_with(0, make_header(n), consume, wait_context{10s, "test"});
+      CHECK(aligned);
+      CHECK(total == n);
+      CHECK(got == data);
+    }
+  });
+  for (const auto& o : out) CHECK(o == "");
+}
+
+TEST_CASE("tcp: a silent peer is a timeout naming it, the collective and the bytes") {
+  setup s;
+  const auto out = run_tcp(s, [](tcp& t) {
+    if (t.rank() == 1) {
+      std::vector<std::byte> buf(4096);
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        t.recv(0, make_header(4096), buf.data(), wait_context{200ms, "ring"});
+        FAIL("no timeout");
+      } catch (const timeout_error& e) {
+        const std::string m = e.what();
+        CHECK(has(m, "all_reduce(ring)"));
+        CHECK(has(m, "rank 1 timed out after 0.2 s waiting to receive from rank 0"));
+        CHECK(has(m, "4096 bytes"));
+      }
+      CHECK(std::chrono::steady_clock::now() - t0 < 2s);
+    }
+    std::this_thread::sleep_for(300ms);  // rank 0 stays until rank 1 timed out
+  });
+  for (const auto& o : out) CHECK(o == "");
+}
+
+TEST_CASE("tcp: a peer that fails or exits is peer_lost naming it") {
+  SUBCASE("fail() sends the reason") {
+    setup s;
+    const auto out = run_tcp(s, [](tcp& t) {
+      if (t.rank() == 0) {
+        std::this_thread::sleep_for(50ms);
+        t.fail("rank 0 hit a bad thing");
+        return;
+      }
+      std::vector<std::byte> buf(100);
+      try {
+        t.recv(0, make_header(100), buf.data(), wait_context{10s, "tree"});
+        FAIL("no error");
+      } catch (const peer_lost& e) {
+        CHECK(has(e.what(), "rank 0 failed"));
+        CHECK(has(e.what(), "rank 0 hit a bad thing"));
+      }
+    });
+    for (const auto& o : out) CHECK(o == "");
+  }
+  SUBCASE("the reason reaches a peer that was sending, not reading") {
+    setup s;
+    const auto out = run_tcp(s, [](tcp& t) {
+      if (t.rank() == 0) {
+        std::this_thread::sleep_for(100ms);
+        t.fail("rank 0 gave up");
+        return;
+      }
+      std::vector<std::byte> buf(std::size_t{64} << 20);  // far more than the socket buffers hold
+      try {
+        t.send(0, make_header(buf.size()), buf.data(), wait_context{10s, "ring"});
+        FAIL("no error");
+      } catch (const peer_lost& e) {
+        CHECK(has(e.what(), "rank 0 failed while rank 1 was sending to it: rank 0 gave up"));
+      }
+    });
+    for (const auto& o : out) CHECK(o == "");
+  }
+  SUBCASE("a transport destroyed mid-job (an exit) closes the connection") {
+    setup s;
+    s.n = 3;
+    const auto out = run_tcp(s, [](tcp& t) {
+      if (t.rank() == 2) return;  // the transport goes away: its sockets close
+      std::vector<std::byte> buf(1 << 20);
+      try {
+        t.sendrecv(2, make_header(buf.size()), buf.data(), 2, make_header(buf.size()), buf.data(),
+                   wait_context{10s, "ring"});
+        FAIL("no error");
+      } catch (const peer_lost& e) {
+        CHECK(has(e.what(), "lost rank 2"));
+        CHECK(has(e.what(), "all_reduce(ring)"));
+      }
+    });
+    for (const auto& o : out) CHECK(o == "");
+  }
+}
+
+TEST_CASE("tcp: disagreeing headers and garbage on the wire are errors, not crashes") {
+  SUBCASE("a different count") {
+    setup s;
+    const auto out = run_tcp(s, [](tcp& t) {
+      std::vector<std::byte> buf(64);
+      if (t.rank() == 0) {
+        t.send(1, make_header(64, 10), buf.data(), wait_context{5s, "direct"});
+        return;
+      }
+      try {
+        t.recv(0, make_header(64, 12), buf.data(), wait_context{5s, "direct"});
+        FAIL("no mismatch");
+      } catch (const mismatch_error& e) {
+        CHECK(has(e.what(), "count=12"));
+        CHECK(has(e.what(), "count=10"));
+      }
+    });
+    for (const auto& o : out) CHECK(o == "");
+  }
+  SUBCASE("bytes that are no tutti message") {
+    setup s;
+    const auto out = run_tcp(s, [](tcp& t) {
+      std::vector<std::byte> buf(64);
+      if (t.rank() == 0) {
+        const std::string garbage(64, 'G');  // straight onto the socket
+        REQUIRE(::send(t.native_handle(1), garbage.data(), garbage.size(), MSG_NOSIGNAL) == 64);
+        std::this_thread::sleep_for(300ms);
+        return;
+      }
+      t.recv(0, make_header(64), buf.data(), wait_context{5s, "direct"});
+    });
+    CHECK(out[0] == "");
+    CHECK(has(out[1], "malformed header from rank 0"));
+  }
+  SUBCASE("half a header, then the peer is gone") {
+    setup s;
+    const auto out = run_tcp(s, [](tcp& t) {
+      std::vector<std::byte> buf(64);
+      if (t.rank() == 0) {
+        const std::string part(20, 'x');
+        REQUIRE(::send(t.native_handle(1), part.data(), part.size(), MSG_NOSIGNAL) == 20);
+        return;
+      }
+      t.recv(0, make_header(64), buf.data(), wait_context{5s, "direct"});
+    });
+    CHECK(out[0] == "");
+    CHECK(has(out[1], "lost rank 0"));
+  }
+}
+
+TEST_CASE("tcp: start-up refuses a wrong world size, a duplicate rank, a wrong token, naming them") {
+  SUBCASE("world size") {
+    setup s;
+    s.timeout = 3s;
+    s.tweak = [](int r, job_env& j, std::string&) {
+      if (r == 1) j.world_size = 3;
+    };
+    const auto out = run_tcp(s, [](tcp&) {});
+    CHECK(has(out[1], "rank 1 says the world has 3 ranks, rank 0 says 2"));
+    CHECK(has(out[0], "rank 1 says the world has 3 ranks, rank 0 says 2"));  // told, not timed out
+  }
+  SUBCASE("duplicate rank") {
+    setup s;
+    s.n = 3;
+    s.timeout = 3s;
+    s.tweak = [](int r, job_env& j, std::string&) {
+      if (r == 2) {
+        j.rank = 1;
+        j.world_size = 3;
+      }
+    };
+    const auto out = run_tcp(s, [](tcp&) {});
+    CHECK((has(out[1], "two processes claim rank 1") || has(out[2], "two processes claim rank 1")));
+  }
+  SUBCASE("token") {
+    setup s;
+    s.timeout = 2s;
+    s.tweak = [](int r, job_env&, std::string& token) {
+      if (r == 1) token = "another job's token";
+    };
+    const auto out = run_tcp(s, [](tcp&) {});
+    CHECK(has(out[1], "refused this process: wrong job token"));
+    CHECK(has(out[0], "timed out"));  // rank 0 never hears of rank 1
+  }
+  SUBCASE("no MASTER_PORT") {
+    job_env j;
+    j.rank = 0;
+    j.world_size = 2;
+    j.local_world_size = 2;
+    const auto msg = [&] {
+      try {
+        tcp::create(j, config{}, tcp_options{}, "");
+      } catch (const config_error& e) {
+        return std::string(e.what());
+      }
+      return std::string("no config_error");
+    }();
+    CHECK(has(msg, "MASTER_PORT"));
+  }
+}
+
+TEST_CASE("tcp: IPv6 and TUTTI_SOCKET_IFNAME") {
+  SUBCASE("::1") {
+    setup s;
+    s.master = "::1";
+    s.n = 3;
+    const auto out = run_tcp(s, [](tcp& t) {
+      communicator<tcp> comm(std::move(t), {}, config{});
+      test::check_collectives<algo::automatic, float>(comm, 100, op::sum{});
+    });
+    for (const auto& o : out) CHECK(o == "");
+  }
+  SUBCASE("the loopback interface by name") {
+    setup s;
+    s.opt.ifname = "lo";
+    const auto out = run_tcp(s, [](tcp& t) {
+      communicator<tcp> comm(std::move(t), {}, config{});
+      test::check_collectives<algo::direct, float>(comm, 100, op::sum{});
+    });
+    for (const auto& o : out) CHECK(o == "");
+  }
+  SUBCASE("an interface that does not exist") {
+    setup s;
+    s.opt.ifname = "nosuch0";
+    s.timeout = 2s;
+    const auto out = run_tcp(s, [](tcp&) {});
+    CHECK(has(out[0], "TUTTI_SOCKET_IFNAME='nosuch0'"));
+    CHECK(has(out[0], " lo"));  // lists what exists
+  }
+}
+
+TEST_SUITE_END();
