@@ -1,5 +1,6 @@
 // Start-up of tutti::shm and the environment it reads: the failures a user meets first.
 #include <doctest/doctest.h>
+#include <sched.h>
 
 #include <cstdlib>
 #include <future>
@@ -131,32 +132,48 @@ TEST_CASE("shm start-up: a world of threads, a busy job id, a missing rank 0, a 
     CHECK(ok == std::vector<int>{1, 1, 1});
   }
   SUBCASE("single copy is on for every rank or for none, and says why") {
-    // Threads of one process may always read each other; one rank that does not want single
-    // copy turns it off for all, and its note names that rank. Large all_reduces agree either way.
-    for (int refuser : {-1, 1}) {
+    // Threads of one process may always read each other. One rank that does not want single copy
+    // turns it off for all, and so do ranks that outnumber the cores; the note names the cause.
+    // Large all_reduces agree either way.
+    cpu_set_t cpus;
+    const int ncpu = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    struct run_case {
+      int ranks, refuser;
+      const char* note;
+    };
+    std::vector<run_case> cases;
+    if (ncpu >= 2) {
+      cases.push_back({2, -1, "single copy on"});
+      cases.push_back({2, 1, "TUTTI_SHM_SINGLE_COPY=0 on rank 1"});
+    }
+    if (ncpu < 8) cases.push_back({ncpu + 1, -1, "outnumber the cores"});
+    for (const auto& c : cases) {
       const auto job = unique_job("single-copy");
+      const auto P = static_cast<std::size_t>(c.ranks);
       std::vector<std::thread> ts;
-      std::vector<int> on(3, -1), ok(3, 0);
-      std::vector<std::string> notes(3);
-      for (int r = 0; r < 3; ++r)
+      std::vector<int> on(P, -1), ok(P, 0);
+      std::vector<std::string> notes(P);
+      for (int r = 0; r < c.ranks; ++r)
         ts.emplace_back([&, r] {
           shm_options opt;
-          opt.single_copy = r != refuser;
-          auto t = shm::create(r, 3, job, opt, 10s);
+          opt.single_copy = r != c.refuser;
+          auto t = shm::create(r, c.ranks, job, opt, 10s);
           on[static_cast<std::size_t>(r)] = t.single_copy();
           notes[static_cast<std::size_t>(r)] = t.single_copy_note();
           communicator<shm> comm(t);
           std::vector<float> v((std::size_t{3} << 20) / 4 + 7, float(r + 1));
           comm.all_reduce(view(v));
-          ok[static_cast<std::size_t>(r)] = v.front() == 6.0f && v.back() == 6.0f;
+          const float want = float(c.ranks * (c.ranks + 1) / 2);
+          ok[static_cast<std::size_t>(r)] = v.front() == want && v.back() == want;
         });
       for (auto& t : ts) t.join();
-      CHECK(ok == std::vector<int>{1, 1, 1});
-      const int want = refuser < 0 ? 1 : 0;
-      CHECK(on == std::vector<int>{want, want, want});
+      CAPTURE(c.ranks);
+      CAPTURE(c.refuser);
       CAPTURE(notes[0]);
-      if (refuser >= 0) CHECK(notes[0].find("TUTTI_SHM_SINGLE_COPY=0 on rank 1") != std::string::npos);
-      else CHECK(notes[0].find("single copy on") != std::string::npos);
+      CHECK(ok == std::vector<int>(P, 1));
+      const int want = std::string(c.note) == "single copy on" ? 1 : 0;
+      CHECK(on == std::vector<int>(P, want));
+      CHECK(notes[0].find(c.note) != std::string::npos);
     }
   }
   SUBCASE("a second rank 0 with a running job's id is refused, naming the cause") {
