@@ -137,16 +137,21 @@ TEST_CASE("shm start-up: a world of threads, a busy job id, a missing rank 0, a 
     // Large all_reduces agree either way.
     cpu_set_t cpus;
     const int ncpu = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    using mode = shm_options::mode;
     struct run_case {
-      int ranks, refuser;
+      int ranks, refuser;  // the refuser asks for `never`
+      mode others;
       const char* note;
     };
     std::vector<run_case> cases;
     if (ncpu >= 2) {
-      cases.push_back({2, -1, "single copy on"});
-      cases.push_back({2, 1, "TUTTI_SHM_SINGLE_COPY=0 on rank 1"});
+      cases.push_back({2, -1, mode::automatic, "single copy on"});
+      cases.push_back({2, 1, mode::automatic, "TUTTI_SHM_SINGLE_COPY=0 on rank 1"});
     }
-    if (ncpu < 8) cases.push_back({ncpu + 1, -1, "outnumber the cores"});
+    if (ncpu < 8) {
+      cases.push_back({ncpu + 1, -1, mode::automatic, "outnumber the cores"});
+      cases.push_back({ncpu + 1, -1, mode::always, "single copy on"});  // rank 2+ stages its own part in place
+    }
     for (const auto& c : cases) {
       const auto job = unique_job("single-copy");
       const auto P = static_cast<std::size_t>(c.ranks);
@@ -156,7 +161,7 @@ TEST_CASE("shm start-up: a world of threads, a busy job id, a missing rank 0, a 
       for (int r = 0; r < c.ranks; ++r)
         ts.emplace_back([&, r] {
           shm_options opt;
-          opt.single_copy = r != c.refuser;
+          opt.single_copy = r == c.refuser ? mode::never : c.others;
           auto t = shm::create(r, c.ranks, job, opt, 10s);
           on[static_cast<std::size_t>(r)] = t.single_copy();
           notes[static_cast<std::size_t>(r)] = t.single_copy_note();

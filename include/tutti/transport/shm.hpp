@@ -69,8 +69,11 @@ struct shm_options {
   std::size_t window_bytes = std::size_t{4} << 20;    ///< per rank, two halves
   std::size_t arena_bytes = std::size_t{256} << 20;   ///< per rank, for `allocate` (reserved, not touched)
   /// Single copy: peers read large inputs straight out of this process with `process_vm_readv`,
-  /// where the start-up probe shows it works (`TUTTI_SHM_SINGLE_COPY=0` turns it off).
-  bool single_copy = true;
+  /// where the start-up probe shows it works. `automatic`: unless ranks outnumber cores (the
+  /// windows are faster there); `always`: even then (`TUTTI_SHM_SINGLE_COPY=1`); `never`
+  /// (`TUTTI_SHM_SINGLE_COPY=0`).
+  enum class mode { automatic, never, always };
+  mode single_copy = mode::automatic;
 
   static shm_options from_env(int world_size) {
     shm_options o;
@@ -78,7 +81,7 @@ struct shm_options {
     if (auto v = detail::env_int("TUTTI_SHM_RING_BYTES", 4096, 1L << 30)) o.ring_bytes = static_cast<std::size_t>(*v);
     if (auto v = detail::env_int("TUTTI_SHM_WINDOW_BYTES", 8192, 1L << 32)) o.window_bytes = static_cast<std::size_t>(*v);
     if (auto v = detail::env_int("TUTTI_SHM_ARENA_BYTES", 0, 1L << 40)) o.arena_bytes = static_cast<std::size_t>(*v);
-    if (auto v = detail::env_int("TUTTI_SHM_SINGLE_COPY", 0, 1)) o.single_copy = *v != 0;
+    if (auto v = detail::env_int("TUTTI_SHM_SINGLE_COPY", 0, 1)) o.single_copy = *v ? mode::always : mode::never;
     o.arena_bytes = (o.arena_bytes + 4095) & ~std::size_t{4095};
     o.ring_bytes = (o.ring_bytes + 63) & ~std::size_t{63};
     o.window_bytes = (o.window_bytes + 127) & ~std::size_t{127};
@@ -527,7 +530,8 @@ class shm {
   /// Start-up: every rank tries to read a word from every peer with process_vm_readv; single
   /// copy is on only if all of them could (a container's seccomp policy, Yama's ptrace_scope or
   /// different users can forbid it). Two barriers through the control blocks.
-  static void probe_single_copy(detail::shm_impl::segment& seg, bool wanted, std::chrono::milliseconds timeout) {
+  static void probe_single_copy(detail::shm_impl::segment& seg, shm_options::mode want, std::chrono::milliseconds timeout) {
+    const bool wanted = want != shm_options::mode::never;
     using namespace detail::shm_impl;
     const int p = seg.lay.p, me = seg.world_rank;
     if (p == 1) {
@@ -548,7 +552,7 @@ class shm {
     startup_barrier(seg, 1, timeout);
     // Where ranks outnumber cores the windows are faster (measured: 4 ranks on 2 cores), and every
     // rank must agree: a rank that shares its cores votes no.
-    int result = !wanted ? -1 : seg.oversubscribed ? -2 : 0, failed_peer = -1;
+    int result = !wanted ? -1 : seg.oversubscribed && want == shm_options::mode::automatic ? -2 : 0, failed_peer = -1;
     for (int r = 0; wanted && r < p && result == 0; ++r) {
       if (r == me) continue;
       std::uint64_t got = 0;
@@ -572,7 +576,8 @@ class shm {
                                "; large messages are copied through the shared segment";
       else if (res == -2)
         seg.single_copy_note = "single copy off: the " + std::to_string(p) + " ranks outnumber the cores rank " +
-                               std::to_string(r) + " may run on, where copies through the shared segment are faster";
+                               std::to_string(r) + " may run on, where copies through the shared segment are faster "
+                               "(TUTTI_SHM_SINGLE_COPY=1 forces it)";
       else
         seg.single_copy_note = "single copy off: process_vm_readv from rank " + std::to_string(r) + " to rank " +
                                std::to_string(seg.ctl(r).probe_peer.load(std::memory_order_relaxed)) + " failed (" + detail::errno_text(res) +
