@@ -469,13 +469,11 @@ class shm {
   /// r's arena, or this rank's staging buffer `stage` (0..2) filled by one process_vm_readv;
   /// null when r offered nothing (its input is in its slot).
   const std::byte* read_source(int r, std::uint64_t g, std::size_t offset, std::size_t bytes, int stage) {
-    const auto& c = seg_->ctl(world(r));
-    if (const std::uint64_t off = c.source[g % 2].load(std::memory_order_relaxed); off != detail::shm_impl::no_source)
-      return seg_->arena(world(r)) + off + offset;
-    const std::uint64_t address = c.address[g % 2].load(std::memory_order_relaxed);
-    if (!address) return nullptr;
+    const offered where = offered_by(r, g);
+    if (where.mapped) return where.mapped + offset;
+    if (!where.address) return nullptr;
     std::byte* buf = staging(stage, bytes);
-    read_remote(r, address + offset, bytes, buf);
+    read_remote(r, where.address + offset, bytes, buf);
     return buf;
   }
   /// This process's staging buffer `stage` (0..2), at least `bytes` long.
@@ -486,14 +484,13 @@ class shm {
   }
   /// Like `read_source`, into `dst`; false when r offered nothing.
   bool copy_source(int r, std::uint64_t g, std::size_t offset, std::size_t bytes, std::byte* dst) {
-    const auto& c = seg_->ctl(world(r));
-    if (const std::uint64_t off = c.source[g % 2].load(std::memory_order_relaxed); off != detail::shm_impl::no_source) {
-      if (bytes) std::memcpy(dst, seg_->arena(world(r)) + off + offset, bytes);
+    const offered where = offered_by(r, g);
+    if (where.mapped) {
+      if (bytes) std::memcpy(dst, where.mapped + offset, bytes);
       return true;
     }
-    const std::uint64_t address = c.address[g % 2].load(std::memory_order_relaxed);
-    if (!address) return false;
-    read_remote(r, address + offset, bytes, dst);
+    if (!where.address) return false;
+    read_remote(r, where.address + offset, bytes, dst);
     return true;
   }
 
@@ -509,6 +506,19 @@ class shm {
   }
 
  private:
+  /// Where rank r offered its input of phase g: mapped here (its arena), at an address in its
+  /// process (single copy), or neither (both empty: it is in r's slot).
+  struct offered {
+    const std::byte* mapped = nullptr;
+    std::uint64_t address = 0;
+  };
+  offered offered_by(int r, std::uint64_t g) const noexcept {
+    const auto& c = seg_->ctl(world(r));
+    if (const std::uint64_t off = c.source[g % 2].load(std::memory_order_relaxed); off != detail::shm_impl::no_source)
+      return {seg_->arena(world(r)) + off, 0};
+    return {nullptr, c.address[g % 2].load(std::memory_order_relaxed)};
+  }
+
   /// `bytes` at `address` in rank r's process into `dst`, with process_vm_readv.
   void read_remote(int r, std::uint64_t address, std::size_t bytes, std::byte* dst) {
     std::size_t done = 0;
