@@ -8,6 +8,8 @@
 /// that disagree are caught even when a count is 0.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstring>
 #include <string_view>
@@ -25,9 +27,11 @@ class channel {
  public:
   using transport_type = Transport;
 
+  /// `aborted`: the communicator's abort flag, which every wait of this call checks (may be null).
   channel(Transport& t, const fingerprint& fp, std::string_view algorithm,
-          std::chrono::milliseconds timeout, detail::scratch_pool& scratch)
-      : t_(t), fp_(fp), wait_{timeout, algorithm}, scratch_(scratch) {}
+          std::chrono::milliseconds timeout, detail::scratch_pool& scratch,
+          const std::atomic<bool>* aborted = nullptr)
+      : t_(t), fp_(fp), wait_{timeout, algorithm, aborted}, scratch_(scratch) {}
 
   int rank() const { return t_.rank(); }
   int size() const { return t_.size(); }

@@ -83,13 +83,20 @@ dtype dtype_of() noexcept {
   }
 }
 
+namespace detail {
+/// The name of a built-in dtype id, or null for a user type (async-signal-safe).
+constexpr const char* builtin_dtype_name(std::uint32_t id) noexcept {
+  constexpr const char* names[] = {"?",       "int8",   "uint8",   "int16",    "uint16",
+                                   "int32",   "uint32", "int64",   "uint64",   "float",
+                                   "float64", "float16", "bfloat16", "char",   "bool",
+                                   "float128", "longlong", "ulonglong"};
+  return id < std::size(names) ? names[id] : nullptr;
+}
+}  // namespace detail
+
 /// A readable name for a dtype (for error messages).
 inline std::string dtype_name(dtype d) {
-  static constexpr const char* names[] = {"?",       "int8",   "uint8",   "int16",    "uint16",
-                                          "int32",   "uint32", "int64",   "uint64",   "float",
-                                          "float64", "float16", "bfloat16", "char",   "bool",
-                                          "float128", "longlong", "ulonglong"};
-  if (d.id < std::size(names)) return names[d.id];
+  if (const char* n = detail::builtin_dtype_name(d.id)) return n;
   char buf[64];
   std::snprintf(buf, sizeof buf, "user type #%08x (%u bytes)", d.id, d.size);
   return buf;

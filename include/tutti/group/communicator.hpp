@@ -14,10 +14,12 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -32,6 +34,7 @@
 #include "tutti/core/fingerprint.hpp"
 #include "tutti/core/view.hpp"
 #include "tutti/detail/buffer.hpp"
+#include "tutti/detail/flight_recorder.hpp"
 #include "tutti/op/kernels.hpp"
 #include "tutti/op/ops.hpp"
 #include "tutti/transport/transport.hpp"
@@ -89,7 +92,8 @@ class communicator {
   explicit communicator(Transport t, Algorithm a = {}) : communicator(std::move(t), std::move(a), config::from_env()) {}
   communicator(Transport t, Algorithm a, config cfg)
       : t_(std::move(t)), algo_(std::move(a)), cfg_(std::move(cfg)),
-        overrides_(algo::automatic::override_table::parse(cfg_.algo_override)) {
+        overrides_(algo::automatic::override_table::parse(cfg_.algo_override)),
+        recorder_(t_.rank(), t_.size(), 0) {
     if constexpr (!shared_window<Transport>)
       for (const auto& o : overrides_.per_collective)
         if (o == algo::automatic::choice::shared_memory)
@@ -125,6 +129,20 @@ class communicator {
     cfg_.timeout = ms;
   }
   std::chrono::milliseconds timeout() const noexcept { return cfg_.timeout; }
+
+  /// Aborts this communicator and every group made from it (they share its links), like
+  /// `ncclCommAbort`. Safe from any thread and from a signal handler: a blocking call in flight
+  /// on another thread returns within about 20 ms with `tutti::error` (`errc::aborted`), and
+  /// every later call raises it too. The peers learn of it as `peer_lost` naming this rank
+  /// (promptly where the transport has failure notices: shm, tcp, mpi, threads) or by their
+  /// deadline. There is no way back: build a new communicator (see `shrink`).
+  void abort() noexcept { aborted_->store(true, std::memory_order_release); }
+  /// Whether `abort()` was called on this communicator or its family.
+  bool aborted() const noexcept { return aborted_->load(std::memory_order_acquire); }
+
+  /// This rank's flight recorder: its last operations on this communicator with their
+  /// fingerprints, start times and outcomes, as printed on failure and on SIGUSR1.
+  std::string flight_record(std::size_t max = detail::flight_capacity) const { return recorder_.text(max); }
 
   // ---- collectives ------------------------------------------------------------------------
   // `Algo` is a per-call algorithm (`comm.all_reduce(v, op, tutti::algo::tree{})` or
@@ -303,8 +321,8 @@ class communicator {
   void send(view<T> data, int peer, int tag = 0) {
     check_peer(peer, tag, "send");
     using U = std::remove_const_t<T>;
-    channel<Transport> ch(t_, p2p_fp(dtype_of<U>(), data.size(), tag), "p2p", cfg_.timeout, scratch_);
-    guarded([&] { ch.send(peer, view<const U>(data)); });
+    channel<Transport> ch(t_, p2p_fp(dtype_of<U>(), data.size(), tag), "p2p", cfg_.timeout, scratch_, aborted_.get());
+    recorded(ch, [&] { ch.send(peer, view<const U>(data)); });
   }
 
   /// Receives `data.size()` elements from `peer` with `tag` into `data`.
@@ -312,8 +330,8 @@ class communicator {
   void recv(view<T> data, int peer, int tag = 0) {
     static_assert(!std::is_const_v<T>, "tutti: recv writes into data: pass a non-const view");
     check_peer(peer, tag, "recv");
-    channel<Transport> ch(t_, p2p_fp(dtype_of<T>(), data.size(), tag), "p2p", cfg_.timeout, scratch_);
-    guarded([&] { ch.recv(peer, data); });
+    channel<Transport> ch(t_, p2p_fp(dtype_of<T>(), data.size(), tag), "p2p", cfg_.timeout, scratch_, aborted_.get());
+    recorded(ch, [&] { ch.recv(peer, data); });
   }
 
   // ---- groups -----------------------------------------------------------------------------
@@ -437,21 +455,43 @@ class communicator {
   template <class A, class Body>
   void execute(const A& a, fingerprint fp, Body& body) {
     fp.algo = algorithm_id<A>();
-    channel<Transport> ch(t_, fp, A::name, cfg_.timeout, scratch_);
-    guarded([&] { body(a, ch); });
+    channel<Transport> ch(t_, fp, A::name, cfg_.timeout, scratch_, aborted_.get());
+    recorded(ch, [&] { body(a, ch); });
   }
 
+  /// guarded(f), with the call in the flight recorder.
   template <class F>
-  void guarded(F&& f) {
+  void recorded(const channel<Transport>& ch, F&& f) {
+    const auto i = recorder_.begin(ch.fp(), ch.algorithm());
+    bool ok = false;
+    struct on_exit {
+      detail::flight_recorder& r;
+      std::uint64_t i;
+      bool& ok;
+      ~on_exit() { r.end(i, ok); }
+    } mark{recorder_, i, ok};
+    guarded(std::forward<F>(f), [&] { recorder_.end(i, false); });
+    ok = true;
+  }
+
+  /// Runs `f`; on a failure other than a usage error, marks the communicator broken, tells the
+  /// peers, calls `on_failure` and prints the flight recorder.
+  template <class F, class G = void (*)()>
+  void guarded(F&& f, G&& on_failure = [] {}) {
     if (!broken_.empty())
       throw error(errc::aborted, "communicator unusable after an earlier failure: " + broken_);
     try {
+      if (aborted())
+        throw error(errc::aborted, "rank " + std::to_string(rank()) +
+                                       ": the communicator was aborted (communicator::abort)");
       f();
     } catch (const usage_error&) {
       throw;
     } catch (const std::exception& e) {
       broken_ = e.what();
       if constexpr (requires { t_.fail(std::string_view{}); }) t_.fail(broken_);  // tell the peers
+      on_failure();
+      recorder_.print("failed");
       throw;
     }
   }
@@ -510,6 +550,8 @@ class communicator {
   std::optional<communicator> child(const std::vector<int>& ranks, std::uint64_t context) {
     communicator c(t_.sub(std::span<const int>(ranks), context), algo_, cfg_);
     c.context_ = context;
+    c.aborted_ = aborted_;  // the family shares the links, so it shares the abort
+    c.recorder_ = detail::flight_recorder(c.rank(), c.size(), context);
     return c;
   }
 
@@ -558,6 +600,8 @@ class communicator {
   config cfg_;
   algo::automatic::override_table overrides_;
   detail::scratch_pool scratch_;
+  detail::flight_recorder recorder_;
+  std::shared_ptr<std::atomic<bool>> aborted_ = std::make_shared<std::atomic<bool>>(false);
   std::uint64_t seq_ = 0;
   std::uint64_t context_ = 0;
   std::string broken_;

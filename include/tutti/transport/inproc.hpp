@@ -295,10 +295,15 @@ class inproc {
       ~clear_on_exit() { f.reset(); }
     } guard{self};
     const auto deadline = std::chrono::steady_clock::now() + w.timeout;
+    // `ready()` may take what it finds (a receive dequeues the envelope): call it once per look.
     while (!ready()) {
+      detail::check_aborted(w, h, rank_, doing, peer);
       check_peer(peer, h, w);
       check_mailbox(h, w);
-      if (my_box().cv.wait_until(lk, deadline) == std::cv_status::timeout && !ready()) {
+      const auto until = w.aborted ? std::min(deadline, std::chrono::steady_clock::now() + detail::abort_poll) : deadline;
+      if (my_box().cv.wait_until(lk, until) == std::cv_status::timeout &&
+          std::chrono::steady_clock::now() >= deadline) {
+        if (ready()) return;
         check_peer(peer, h, w);
         throw timeout_error(detail::where(h, w.algorithm) + ": " + name(rank_) + " timed out after " +
                             detail::seconds_text(w.timeout) + " waiting " + doing + " " + name(peer) + " (" +

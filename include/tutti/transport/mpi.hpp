@@ -772,6 +772,7 @@ class mpi {
     for (unsigned round = 0;; ++round) {
       if (ready()) return;
       if (round % 16 == 0) {
+        detail::check_aborted(w, h, rank_, doing, peer);
         if (peer != no_notices) check_notice(peer, h, w);
         if (peer2 >= 0) check_notice(peer2, h, w);
         const auto now = clock::now();

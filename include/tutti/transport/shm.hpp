@@ -772,6 +772,7 @@ class shm {
       }
       // A peer seen in a later call may have finished ours just now: believe the mismatch only
       // if what we wait for is still missing after we looked.
+      detail::check_aborted(w, h, rank_, doing, peer);
       check_peer(peer, h, w, ready);
       if (peer2 >= 0) check_peer(peer2, h, w, ready);
       if (now > deadline)

@@ -530,6 +530,8 @@ class tcp {
         continue;
       }
       if (now >= deadline) timed_out(out, in, w);
+      if (w.aborted) detail::check_aborted(w, out ? out->h : in->h, rank_, out ? "to send to" : "to receive from",
+                                           out ? out->peer : in->peer);
       nfds = 0;
       if (out)
         for (int i = 0; i < out->count; ++i) {
@@ -543,7 +545,8 @@ class tcp {
             fds[nfds++] = {p.l->fd(), POLLIN, 0};
         }
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1;
-      ::poll(fds.data(), nfds, static_cast<int>(std::min<long long>(left, 1000)));
+      const long long slice = w.aborted ? detail::abort_poll.count() : 1000;
+      ::poll(fds.data(), nfds, static_cast<int>(std::min<long long>(left, slice)));
     }
   }
 

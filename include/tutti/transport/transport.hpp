@@ -19,6 +19,7 @@
 /// can read them without a staging copy.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <concepts>
 #include <cstddef>
@@ -40,6 +41,9 @@ namespace tutti {
 struct wait_context {
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   std::string_view algorithm;  ///< for error messages
+  /// Set by `communicator::abort()` (from any thread): every wait checks it whenever it is about
+  /// to sleep, and at least every 20 ms, and raises `errc::aborted`. Null: not abortable.
+  const std::atomic<bool>* aborted = nullptr;
 };
 
 /// The transport concept (see the file comment).
@@ -101,6 +105,17 @@ inline std::string seconds_text(std::chrono::milliseconds d) {
 
 inline std::string where(const header& h, std::string_view algo) {
   return std::string(collective_name(h.fp.coll)) + "(" + std::string(algo) + ")";
+}
+
+/// How long one sleep of an abortable wait may last: `abort()` takes effect within it.
+inline constexpr std::chrono::milliseconds abort_poll{20};
+
+/// Raises `errc::aborted` if `w`'s communicator was aborted; waits call it before they sleep.
+inline void check_aborted(const wait_context& w, const header& h, int my_rank, std::string_view doing, int peer) {
+  if (w.aborted && w.aborted->load(std::memory_order_acquire))
+    throw error(errc::aborted, where(h, w.algorithm) + ": rank " + std::to_string(my_rank) + " stopped waiting " +
+                                   std::string(doing) + (peer >= 0 ? " rank " + std::to_string(peer) : std::string()) +
+                                   ": the communicator was aborted (communicator::abort)");
 }
 }  // namespace detail
 
