@@ -258,7 +258,8 @@ TEST_CASE("store: the parsers take bytes and give a message, 'incomplete', or ma
   using namespace detail::store_impl;
   const std::string h = hello("tok", 2, 4);
   for (std::size_t n = 0; n < h.size(); ++n) CHECK_FALSE(parse_hello(std::string_view(h).substr(0, n)));
-  const auto got = parse_hello(h + "extra");
+  const std::string h_and_more = h + "extra";  // the parsed message points into it
+  const auto got = parse_hello(h_and_more);
   REQUIRE(got);
   CHECK(got->token == "tok");
   CHECK(got->rank == 2);
@@ -268,7 +269,8 @@ TEST_CASE("store: the parsers take bytes and give a message, 'incomplete', or ma
   body.num(static_cast<std::uint8_t>(opcode::wait)).num(std::uint64_t{100}).num(std::uint32_t{2}).str("a").str("bb");
   const std::string f = frame(body.out);
   for (std::size_t n = 0; n < f.size(); ++n) CHECK_FALSE(parse_request(std::string_view(f).substr(0, n)));
-  const auto q = parse_request(f + f);
+  const std::string two = f + f;
+  const auto q = parse_request(two);
   REQUIRE(q);
   CHECK(q->op == opcode::wait);
   CHECK(q->keys == std::vector<std::string_view>{"a", "bb"});
