@@ -3,7 +3,8 @@
 #   1. the whole suite (ctest), release build;
 #   2. the whole suite again under AddressSanitizer + UndefinedBehaviorSanitizer;
 #   3. the multi-rank thread tests under ThreadSanitizer;
-#   4. a consumer project against the installed package (find_package) and via add_subdirectory.
+#   4. the wire parsers under libFuzzer, 25 s per target (tests/fuzz; skipped without clang's libFuzzer);
+#   5. a consumer project against the installed package (find_package) and via add_subdirectory.
 # Usage: tools/test.sh [--quick]   (--quick: step 1 only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +35,9 @@ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTUTTI_SANITIZE=thre
 cmake --build build-tsan -j "$jobs" --target tutti_tests
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   ctest --test-dir build-tsan --output-on-failure -j "$jobs" -L multirank --timeout 900
+
+step "fuzz the wire parsers (libFuzzer + ASan/UBSan, 25 s per target)"
+tests/fuzz/run.sh build 25
 
 step "consumer project: find_package and add_subdirectory"
 rm -rf build-pkg && mkdir -p build-pkg

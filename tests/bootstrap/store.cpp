@@ -1,15 +1,19 @@
 // The rendezvous store: operations, deadlines, and every way a client or a message can be wrong.
 #include <doctest/doctest.h>
 
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <thread>
 #include <tutti/bootstrap/store.hpp>
 #include <vector>
+
+#include "../support/sockets.hpp"
 
 using namespace tutti;
 using namespace std::chrono_literals;
@@ -41,6 +45,14 @@ struct raw_conn {
     ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   }
   ~raw_conn() { ::close(fd); }
+  /// "127.0.0.1:port" of this end, as the server's log names it.
+  std::string address() const {
+    sockaddr_in a{};
+    socklen_t len = sizeof a;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    return "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  }
+  void close_write() const { ::shutdown(fd, SHUT_WR); }
   void send(const std::string& s) const { REQUIRE(::send(fd, s.data(), s.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(s.size())); }
   /// Everything until the server closes the connection (or 5 s pass).
   std::string drain() const {
@@ -240,6 +252,150 @@ TEST_CASE("store: the server going away is peer_lost, not a hang") {
   const auto msg = message_of<peer_lost>([&] { c.get("never", 10s); });
   stop.join();
   CHECK(msg.find("closed the connection") != std::string::npos);
+}
+
+TEST_CASE("store: the parsers take bytes and give a message, 'incomplete', or malformed") {
+  using namespace detail::store_impl;
+  const std::string h = hello("tok", 2, 4);
+  for (std::size_t n = 0; n < h.size(); ++n) CHECK_FALSE(parse_hello(std::string_view(h).substr(0, n)));
+  const std::string h_and_more = h + "extra";  // the parsed message points into it
+  const auto got = parse_hello(h_and_more);
+  REQUIRE(got);
+  CHECK(got->token == "tok");
+  CHECK(got->rank == 2);
+  CHECK(got->world == 4);
+  CHECK(got->size == h.size());
+  writer body;
+  body.num(static_cast<std::uint8_t>(opcode::wait)).num(std::uint64_t{100}).num(std::uint32_t{2}).str("a").str("bb");
+  const std::string f = frame(body.out);
+  for (std::size_t n = 0; n < f.size(); ++n) CHECK_FALSE(parse_request(std::string_view(f).substr(0, n)));
+  const std::string two = f + f;
+  const auto q = parse_request(two);
+  REQUIRE(q);
+  CHECK(q->op == opcode::wait);
+  CHECK(q->keys == std::vector<std::string_view>{"a", "bb"});
+  CHECK(q->size == f.size());
+  auto reason = [](auto&& parse) {
+    try {
+      parse();
+    } catch (const malformed& e) {
+      return e.reason + (e.stranger ? " [stranger]" : "");
+    }
+    return std::string("accepted");
+  };
+  // Caps are checked on the length alone, before the bytes it announces have arrived.
+  CHECK(reason([] { parse_request(std::string("\xff\xff\xff\xff", 4)); }) == "frame of 4294967295 bytes");
+  writer big_token;
+  big_token.num(magic).num(version).num(std::int32_t{0}).num(std::int32_t{1}).num(std::uint32_t{1} << 31);
+  CHECK(reason([&] { parse_hello(big_token.out); }) == "token of 2147483648 bytes");
+  CHECK(reason([] { parse_hello(std::string(24, 'G')); }) == "not a tutti store client (wrong magic) [stranger]");
+  writer many;
+  many.num(static_cast<std::uint8_t>(opcode::wait)).num(std::uint64_t{1}).num(std::uint32_t{5000});
+  CHECK(reason([&] { parse_request(frame(many.out)); }) == "wait for 5000 keys");
+  CHECK(reason([] { parse_reply_head(std::string("\x07\0\0\0\0", 5)); }) == "reply status 7");
+  CHECK(reason([] { parse_reply_head(std::string("\0\xff\xff\xff\xff", 5)); }) == "reply of 4294967295 bytes");
+  CHECK(add_to("41", 1) == "42");
+  CHECK(add_to("", -3) == "-3");
+  CHECK(reason([] { add_to("9223372036854775807", 1); }) == "add of 1 to 9223372036854775807 overflows");
+}
+
+TEST_CASE("store: refused and dropped connections are logged with the client's address, never the token") {
+  const std::string secret = "s3cret-job-token";
+  store_server server("127.0.0.1", 0, 0, secret);
+  const std::string where = "[tutti store 127.0.0.1:" + std::to_string(server.port()) + "] refused a connection from ";
+  std::string log;
+  std::vector<std::string> lines;  // what each case must have logged
+  {
+    test::stderr_capture capture;
+    {
+      raw_conn c(server.port());  // another job's token
+      c.send(hello("not-the-token"));
+      CHECK(c.drain().find("wrong job token") != std::string::npos);
+      lines.push_back(where + c.address() + ": wrong job token");
+    }
+    {
+      raw_conn c(server.port());  // garbage
+      c.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+      CHECK(c.drain().empty());
+      lines.push_back(where + c.address() + ": not a tutti store client (wrong magic)");
+    }
+    {
+      raw_conn c(server.port());  // a hello cut short
+      c.send(hello(secret).substr(0, 10));
+      c.close_write();
+      CHECK(c.drain().empty());
+      lines.push_back(where + c.address() + ": it closed the connection after 10 bytes of an incomplete hello");
+    }
+    {
+      raw_conn c(server.port());  // a token length of 2 GiB
+      detail::store_impl::writer w;
+      w.num(detail::store_impl::magic).num(detail::store_impl::version).num(std::int32_t{-1}).num(std::int32_t{0});
+      w.num(std::uint32_t{1} << 31);
+      c.send(w.out);
+      CHECK(c.drain().find("token of 2147483648 bytes") != std::string::npos);
+      lines.push_back(where + c.address() + ": malformed message (token of 2147483648 bytes)");
+    }
+    {
+      raw_conn c(server.port());  // the right hello, then a frame claiming 4 GiB
+      c.send(hello(secret) + std::string("\xff\xff\xff\xff", 4));
+      CHECK(c.drain().find("frame of 4294967295 bytes") != std::string::npos);
+      lines.push_back(where + c.address() + ": malformed message (frame of 4294967295 bytes)");
+    }
+    {
+      raw_conn c(server.port());  // a port probe: connects, says nothing, leaves: not worth a line
+      c.close_write();
+      CHECK(c.drain().empty());
+    }
+    // The job's own clients are served all along.
+    store ok("127.0.0.1", server.port(), 0, 1, secret, 5s);
+    ok.set("after", "attacks");
+    CHECK(ok.get("after", 1s) == "attacks");
+    log = capture.text();
+  }
+  for (const auto& l : lines) {
+    CAPTURE(l);
+    CHECK(log.find(l) != std::string::npos);
+  }
+  CHECK(std::count(log.begin(), log.end(), '\n') == static_cast<long>(lines.size()));
+  CHECK(log.find("s3cret") == std::string::npos);
+  CHECK(log.find("not-the-token") == std::string::npos);
+}
+
+TEST_CASE("store: listens on MASTER_ADDR only, so on loopback by default") {
+  {
+    store_server server("127.0.0.1", 0, 0, "");
+    CHECK(server.address() == "127.0.0.1");
+    CHECK(test::listening_addresses(server.port()) == std::vector<std::string>{"127.0.0.1"});
+    // Not reachable through this host's other addresses.
+    ifaddrs* all = nullptr;
+    REQUIRE(::getifaddrs(&all) == 0);
+    int tried = 0;
+    for (ifaddrs* i = all; i; i = i->ifa_next) {
+      if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+      sockaddr_in a = *reinterpret_cast<sockaddr_in*>(i->ifa_addr);
+      if ((ntohl(a.sin_addr.s_addr) >> 24) == 127) continue;
+      a.sin_port = htons(static_cast<std::uint16_t>(server.port()));
+      const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      CHECK(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0);
+      ::close(fd);
+      ++tried;
+    }
+    ::freeifaddrs(all);
+    MESSAGE("tried the store through " << tried << " non-loopback IPv4 address(es)");
+  }
+  {
+    store_server server("localhost", 0, 0, "");
+    CHECK((server.address() == "127.0.0.1" || server.address() == "::1"));
+    CHECK(test::listening_addresses(server.port()) == std::vector<std::string>{server.address()});
+  }
+  {
+    store_server server("::1", 0, 0, "");
+    CHECK(test::listening_addresses(server.port()) == std::vector<std::string>{"::1"});
+  }
+  {
+    store_server server("", 0, 0, "");  // asked for every address: the wildcard
+    CHECK((server.address() == "0.0.0.0" || server.address() == "::"));
+  }
 }
 
 TEST_SUITE_END();

@@ -3,11 +3,13 @@
 // processes in tests/multiproc/tcp_collectives.cpp.
 #include <doctest/doctest.h>
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "../support/collective_checks.hpp"
+#include "../support/sockets.hpp"
 
 using namespace tutti;
 using namespace std::chrono_literals;
@@ -363,6 +366,165 @@ TEST_CASE("tcp: IPv6 and TUTTI_SOCKET_IFNAME") {
     CHECK(has(out[0], "TUTTI_SOCKET_IFNAME='nosuch0'"));
     CHECK(has(out[0], " lo"));  // lists what exists
   }
+}
+
+namespace {
+/// A raw connection to a rank's listener, for bytes no rank would send.
+struct raw_peer {
+  int fd = -1;
+  raw_peer(const std::string& host, int port) {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    ::inet_pton(AF_INET, host.c_str(), &a.sin_addr);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    timeval tv{5, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+  ~raw_peer() { ::close(fd); }
+  std::string address() const {
+    sockaddr_in a{};
+    socklen_t len = sizeof a;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    return "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  }
+  /// Sends `bytes` (then closes this side when `close_write`) and returns all the rank answers
+  /// until it closes the connection.
+  std::string exchange(const std::string& bytes, bool close_write = false) const {
+    REQUIRE(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size()));
+    if (close_write) ::shutdown(fd, SHUT_WR);
+    std::string all;
+    char buf[4096];
+    ssize_t k;
+    while ((k = ::recv(fd, buf, sizeof buf, 0)) > 0) all.append(buf, static_cast<std::size_t>(k));
+    CHECK(k == 0);  // closed by the rank, not timed out
+    return all;
+  }
+};
+}  // namespace
+
+TEST_CASE("tcp: the parsers take bytes and give a hello, a frame header, 'incomplete', or malformed") {
+  using namespace detail::tcp_impl;
+  using detail::store_impl::malformed;
+  const std::string h = hello_text(1, 3, 0, 2, "job", "tok");
+  for (std::size_t n = 0; n < h.size(); ++n) CHECK_FALSE(parse_mesh_hello(std::string_view(h).substr(0, n)));
+  const auto got = parse_mesh_hello(h);
+  REQUIRE(got);
+  CHECK(got->from == 1);
+  CHECK(got->world == 3);
+  CHECK(got->streams == 2);
+  CHECK(got->job_id == "job");
+  CHECK(got->token == "tok");
+  CHECK(got->size == h.size());
+  CHECK(hello_text(1, 3, 0, 2, std::string(max_job_id, 'j'), std::string(detail::store_impl::max_token, 't')).size() ==
+        max_hello_bytes);
+  auto reason = [](auto&& parse) {
+    try {
+      parse();
+    } catch (const malformed& e) {
+      return e.reason + (e.stranger ? " [stranger]" : "");
+    }
+    return std::string("accepted");
+  };
+  std::string long_id = h.substr(0, hello_fixed) + std::string("\xff\xff\xff\x7f", 4);
+  CHECK(reason([&] { parse_mesh_hello(long_id); }) == "job id of 2147483647 bytes");
+  CHECK(reason([] { parse_mesh_hello(std::string(8, 'G')); }) == "not a tutti connection (wrong magic) [stranger]");
+  wire_header w{};
+  w.magic = message_magic;
+  w.bytes = ~std::uint64_t{0};
+  const auto f = parse_frame_head(w);
+  CHECK_FALSE(f.failure);
+  CHECK(f.h.bytes == ~std::uint64_t{0});  // a count the receiver compares, never allocates
+  w.magic = failure_magic;
+  CHECK(parse_frame_head(w).text_bytes == max_failure_text);
+  w.magic = message_magic;
+  reinterpret_cast<unsigned char*>(w.fp)[offsetof(fingerprint, coll)] = 200;
+  CHECK(reason([&] { parse_frame_head(w); }) == "unknown collective 200");
+  w.magic = 0x4747474747474747ull;
+  CHECK(reason([&] { parse_frame_head(w); }).find("not a tutti message") == 0);
+}
+
+TEST_CASE("tcp: connections without this job's hello are refused and logged; the job still completes") {
+  // Rank 2 accepts ranks 0 and 1. Rank 1 starts only once the strangers below have been
+  // answered, so rank 2 is still accepting while they knock.
+  const std::string secret = "s3cret-job-token";
+  std::vector<std::string> lines;  // what rank 2 must have logged
+  int store_port = 0;
+  setup s;
+  s.n = 3;
+  s.tweak = [&](int r, job_env& j, std::string& token) {
+    token = secret;
+    if (r == 0) store_port = j.master_port;
+    if (r != 1) return;
+    store kv("127.0.0.1", j.master_port, -1, 0, secret, 10s);
+    const std::string where = kv.get("tutti/addr/2", 10s);
+    const std::string host = where.substr(0, where.find(' '));
+    const int port = std::stoi(where.substr(where.find(' ') + 1));
+    const std::string prefix = "[tutti rank 2] tcp start-up: refused a connection from ";
+    using namespace detail::tcp_impl;
+    {
+      raw_peer c(host, port);  // another job's token
+      const auto answer = c.exchange(hello_text(1, 3, 0, 1, j.job_id, "not-the-token"));
+      CHECK(has(answer, "wrong job token or job id"));
+      lines.push_back(prefix + c.address() + ": wrong job token or job id");
+    }
+    {
+      raw_peer c(host, port);  // garbage
+      CHECK(c.exchange(std::string(64, 'G')).empty());
+      lines.push_back(prefix + c.address() + ": not a tutti connection (wrong magic)");
+    }
+    {
+      raw_peer c(host, port);  // a hello cut short
+      CHECK(c.exchange(hello_text(1, 3, 0, 1, j.job_id, secret).substr(0, 20), true).empty());
+      lines.push_back(prefix + c.address() + ": it closed the connection after 20 bytes of an incomplete hello");
+    }
+    {
+      raw_peer c(host, port);  // a job id of 2 GiB
+      CHECK(c.exchange(hello_text(1, 3, 0, 1, "", "").substr(0, hello_fixed) + std::string("\xff\xff\xff\x7f", 4)).empty());
+      lines.push_back(prefix + c.address() + ": malformed hello (job id of 2147483647 bytes)");
+    }
+    {
+      raw_peer c(host, port);  // another protocol version: refused, not fatal
+      std::string v2 = hello_text(1, 3, 0, 1, j.job_id, secret);
+      v2[8] = 2;
+      CHECK(has(c.exchange(v2), "protocol version 2 differs from 1"));
+      lines.push_back(prefix + c.address() + ": protocol version 2 differs from 1");
+    }
+  };
+  std::vector<std::string> out;
+  std::string log;
+  {
+    test::stderr_capture capture;
+    out = run_tcp(s, [&](tcp& t) {
+      if (t.rank() == 0)  // rank 0's store listens on loopback only, as MASTER_ADDR says
+        CHECK(test::listening_addresses(store_port) == std::vector<std::string>{"127.0.0.1"});
+      communicator<tcp> comm(std::move(t), {}, config{});
+      test::check_collectives<algo::direct, float>(comm, 100, op::sum{});
+    });
+    log = capture.text();
+  }
+  for (const auto& o : out) CHECK(o == "");
+  REQUIRE(lines.size() == 5);
+  for (const auto& l : lines) {
+    CAPTURE(l);
+    CHECK(has(log, l));
+  }
+  CHECK_FALSE(has(log, "s3cret"));
+  CHECK_FALSE(has(log, "not-the-token"));
+}
+
+TEST_CASE("tcp: without MASTER_ADDR the store listens on loopback only") {
+  setup s;
+  s.master = "";  // every rank on this host: 127.0.0.1
+  int store_port = 0;
+  s.tweak = [&](int r, job_env& j, std::string&) {
+    if (r == 0) store_port = j.master_port;
+  };
+  const auto out = run_tcp(s, [&](tcp& t) {
+    if (t.rank() == 0) CHECK(test::listening_addresses(store_port) == std::vector<std::string>{"127.0.0.1"});
+  });
+  for (const auto& o : out) CHECK(o == "");
 }
 
 TEST_SUITE_END();

@@ -10,12 +10,28 @@
 ///   transport and its copies), so the port stays taken for the whole job, as with torch.
 /// - Protocol: little-endian, length-prefixed frames. A client opens with a hello (magic,
 ///   version, rank, world size, job token); the server answers with a welcome (ok or refused,
-///   and why). Every length is bounded (keys 4 KiB, values 64 MiB, tokens 256 B); a malformed
-///   frame gets an error reply and its connection is closed: never a crash, never a huge
-///   allocation.
+///   and why). The parsers are pure functions of the bytes received (`detail::store_impl::
+///   parse_hello`, `parse_request`, `parse_reply_head`, `parse_answer_head`), which the server,
+///   the client and the fuzz target `tests/fuzz/store_message.cpp` call alike. Every length is
+///   checked against its cap before anything is allocated or buffered for it (`max_token` 256 B
+///   before the hello is buffered, so a stranger costs at most one 64 KiB read; `max_key` 4 KiB;
+///   `max_value` 64 MiB, the largest value a client may set, hence `max_frame`; `max_keys` 4096
+///   per wait; welcome texts 4 KiB). A malformed frame gets an error reply and its connection is
+///   closed; bytes that are not this protocol (wrong magic) are closed without a word: never a
+///   crash, never a huge allocation.
 /// - Job token (`TUTTI_JOB_TOKEN`; tuttirun makes one): a client with another token is refused
 ///   and raises `config_error` saying so. The token keeps other jobs and strangers out; it
 ///   travels in clear and is no defence against someone who can read the network.
+/// - Every refused or dropped connection (wrong token, version, world size or rank, malformed
+///   or foreign bytes, a hello cut short) is logged on stderr, naming the client's address and
+///   what was wrong, never the token: "[tutti store 127.0.0.1:29500] refused a connection from
+///   127.0.0.1:40112: wrong job token: ...". At most 100 such lines per server.
+/// - Where it listens: on `MASTER_ADDR` only. Its default (tuttirun's, and `tutti::tcp`'s when
+///   the variable is unset and every rank is on this host) is 127.0.0.1, so a one-host job's
+///   store is reachable from this host only; a job across hosts names an address of node 0
+///   that the others reach (`--master-addr`). Only when `MASTER_ADDR` is not an address of this
+///   host (behind a NAT, or a name that resolves elsewhere) does it listen on every address,
+///   and it says so on stderr. `store_server::address()` tells which.
 /// - Start-up checks: a client claiming a rank some other client already claimed, or a world
 ///   size different from rank 0's, is refused; the server then fails every wait of the job with
 ///   the same message (naming both ranks and both values), so no rank hangs until its deadline.
@@ -126,6 +142,145 @@ inline std::string frame(const std::string& body) {
   writer w;
   w.num(static_cast<std::uint32_t>(body.size()));
   return w.out + body;
+}
+
+/// A message that breaks the protocol: what the pure parsers below raise. `reason` is what is
+/// wrong ("frame of 4294967295 bytes"); `stranger`: the bytes are not tutti's protocol at all
+/// (wrong magic), so the caller closes without answering.
+struct malformed : error {
+  explicit malformed(const std::string& why, bool stranger_ = false)
+      : error(errc::aborted, "malformed message: " + why), reason(why), stranger(stranger_) {}
+  std::string reason;
+  bool stranger;
+};
+
+/// A client's hello: magic u64, version u32, rank i32, world i32, token (u32 length + bytes).
+struct client_hello {
+  std::uint32_t version = 0;
+  std::int32_t rank = -1, world = 0;
+  std::string_view token;  // points into the parsed bytes
+  std::size_t size = 0;    // bytes it took
+};
+
+/// Parses the hello at the front of `in`: empty while incomplete; `malformed` for another magic
+/// (stranger) or a token longer than `max_token`, as soon as the fixed part has arrived.
+inline std::optional<client_hello> parse_hello(std::string_view in) {
+  if (in.size() < hello_fixed) return std::nullopt;
+  reader r{in};
+  if (r.num<std::uint64_t>() != magic) throw malformed("not a tutti store client (wrong magic)", true);
+  client_hello h;
+  h.version = r.num<std::uint32_t>();
+  h.rank = r.num<std::int32_t>();
+  h.world = r.num<std::int32_t>();
+  const auto tlen = r.num<std::uint32_t>();
+  if (tlen > max_token) throw malformed("token of " + std::to_string(tlen) + " bytes");
+  if (in.size() < hello_fixed + tlen) return std::nullopt;
+  h.token = in.substr(hello_fixed, tlen);
+  h.size = hello_fixed + tlen;
+  return h;
+}
+
+/// One request: a frame (u32 length, then the body: opcode u8 and its fields).
+struct request {
+  opcode op = opcode::set;
+  std::string_view key, value;          // set, add, get (key)
+  std::int64_t delta = 0;               // add
+  std::uint64_t timeout_ms = 0;         // get, wait
+  std::vector<std::string_view> keys;   // wait (at most max_keys)
+  std::size_t size = 0;                 // bytes it took, length included
+};
+
+/// Parses the request at the front of `in`: empty while incomplete; `malformed` for a frame
+/// longer than `max_frame` (said by its first 4 bytes, before the rest is buffered), a field
+/// running past the frame or past its bound, bytes left over, an unknown operation.
+inline std::optional<request> parse_request(std::string_view in) {
+  if (in.size() < 4) return std::nullopt;
+  reader lr{in};
+  const auto len = lr.num<std::uint32_t>();
+  if (len > max_frame) throw malformed("frame of " + std::to_string(len) + " bytes");
+  if (in.size() < 4 + std::size_t{len}) return std::nullopt;
+  reader r{in.substr(4, len)};
+  request q;
+  q.size = 4 + std::size_t{len};
+  const auto o = r.num<std::uint8_t>();
+  q.op = static_cast<opcode>(o);
+  switch (q.op) {
+    case opcode::set:
+      q.key = r.str(max_key);
+      q.value = r.str(max_value);
+      if (!r.ok || !r.in.empty()) throw malformed("set");
+      return q;
+    case opcode::add:
+      q.key = r.str(max_key);
+      q.delta = r.num<std::int64_t>();
+      if (!r.ok || !r.in.empty()) throw malformed("add");
+      return q;
+    case opcode::get:
+    case opcode::wait: {
+      q.timeout_ms = r.num<std::uint64_t>();
+      if (q.op == opcode::get) {
+        q.keys.push_back(r.str(max_key));
+      } else {
+        const auto n = r.num<std::uint32_t>();
+        if (n > max_keys) throw malformed("wait for " + std::to_string(n) + " keys");
+        for (std::uint32_t i = 0; i < n && r.ok; ++i) q.keys.push_back(r.str(max_key));
+      }
+      // 2^40 ms is 35 years: longer is no deadline anyone meant, and would overflow the clock.
+      if (!r.ok || !r.in.empty() || q.timeout_ms > (std::uint64_t{1} << 40)) throw malformed("get/wait");
+      if (q.op == opcode::get) q.key = q.keys[0];
+      return q;
+    }
+  }
+  throw malformed("unknown operation " + std::to_string(o));
+}
+
+/// `add` on a counter's text: the new value, or `malformed` when it would overflow 64 bits
+/// (the counter keeps its value).
+inline std::string add_to(std::string_view counter, std::int64_t delta) {
+  const std::string text(counter);
+  long long now = text.empty() ? 0 : std::strtoll(text.c_str(), nullptr, 10);
+  long long sum = 0;
+  if (__builtin_add_overflow(now, delta, &sum))
+    throw malformed("add of " + std::to_string(delta) + " to " + std::to_string(now) + " overflows");
+  return std::to_string(sum);
+}
+
+/// The head of an answer to a hello (the store's welcome, the tcp mesh's answer): magic u64,
+/// status u8, u32 length of the text that follows (at most 4096 bytes).
+struct answer_head {
+  std::uint8_t status = 0;
+  std::uint32_t text_bytes = 0;
+};
+inline constexpr std::size_t answer_head_bytes = 8 + 1 + 4;
+inline constexpr std::size_t max_answer_text = 4096;
+inline answer_head parse_answer_head(std::string_view head, std::uint64_t want_magic) {
+  reader r{head};
+  if (head.size() != answer_head_bytes) throw malformed("answer head of " + std::to_string(head.size()) + " bytes");
+  if (r.num<std::uint64_t>() != want_magic) throw malformed("wrong magic", true);
+  answer_head a;
+  a.status = r.num<std::uint8_t>();
+  a.text_bytes = r.num<std::uint32_t>();
+  if (a.text_bytes > max_answer_text) throw malformed("answer text of " + std::to_string(a.text_bytes) + " bytes");
+  return a;
+}
+
+/// The head of the store's reply to a request: status u8, u32 payload length (at most
+/// `max_value`: the largest value a client may set).
+struct reply_head {
+  status st = status::ok;
+  std::uint32_t payload_bytes = 0;
+};
+inline constexpr std::size_t reply_head_bytes = 1 + 4;
+inline reply_head parse_reply_head(std::string_view head) {
+  if (head.size() != reply_head_bytes) throw malformed("reply head of " + std::to_string(head.size()) + " bytes");
+  reader r{head};
+  reply_head h;
+  const auto st = r.num<std::uint8_t>();
+  h.payload_bytes = r.num<std::uint32_t>();
+  if (st > static_cast<std::uint8_t>(status::failed)) throw malformed("reply status " + std::to_string(st));
+  if (h.payload_bytes > max_value) throw malformed("reply of " + std::to_string(h.payload_bytes) + " bytes");
+  h.st = static_cast<status>(st);
+  return h;
 }
 
 /// "host:port", with brackets for IPv6.
@@ -247,6 +402,9 @@ class store_server {
         else reinterpret_cast<sockaddr_in&>(any).sin_port = htons(static_cast<std::uint16_t>(port));
         b = any;
         rc = ::bind(fd.get(), reinterpret_cast<sockaddr*>(&b), addr_len(b));
+        if (rc == 0)
+          std::fprintf(stderr, "[tutti store] MASTER_ADDR '%s' is not an address of this host: the store listens "
+                       "on every address (port %d)\n", host.c_str(), port);
       }
       if (rc != 0) {
         last_errno = errno;
@@ -267,6 +425,8 @@ class store_server {
       socklen_t len = sizeof got;
       ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&got), &len);
       port_ = addr_port(got);
+      address_ = addr_host(got);
+      where_ = host_port(address_, port_);
       listener_ = std::move(fd);
       break;
     }
@@ -287,6 +447,9 @@ class store_server {
 
   /// The port it listens on (the real one when constructed with port 0).
   int port() const noexcept { return port_; }
+  /// The address it listens on: "127.0.0.1" for a loopback MASTER_ADDR, "0.0.0.0" or "::" for
+  /// every address.
+  const std::string& address() const noexcept { return address_; }
 
  private:
   using clock = std::chrono::steady_clock;
@@ -295,6 +458,7 @@ class store_server {
     std::string in, out;
     bool hello = false, closing = false;
     std::uint64_t id = 0;
+    std::string peer;  // "host:port" of the client, for the log
   };
   struct pending {
     std::uint64_t conn;
@@ -324,13 +488,17 @@ class store_server {
       if (fds[0].revents) return;
       if (fds[1].revents & POLLIN) {
         while (true) {
-          detail::unique_fd c(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+          sockaddr_storage from{};
+          socklen_t from_len = sizeof from;
+          detail::unique_fd c(::accept4(listener_.get(), reinterpret_cast<sockaddr*>(&from), &from_len,
+                                        SOCK_CLOEXEC | SOCK_NONBLOCK));
           if (!c) break;
           const int one = 1;
           ::setsockopt(c.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
           conn& n = conns[next_id];
           n.fd = std::move(c);
           n.id = next_id++;
+          n.peer = host_port(addr_host(from), addr_port(from));
         }
       }
       for (std::size_t i = 2; i < fds.size(); ++i) {
@@ -345,6 +513,9 @@ class store_server {
               continue;
             }
             if (k < 0 && (errno == EAGAIN || errno == EINTR)) break;
+            if (!c.hello && !c.in.empty())  // a probe that connects and closes says nothing
+              refused(c, "it closed the connection after " + std::to_string(c.in.size()) +
+                             " bytes of an incomplete hello");
             c.closing = true;  // EOF or error: the client went away
             c.out.clear();
           }
@@ -377,109 +548,87 @@ class store_server {
     w.num(static_cast<std::uint8_t>(s)).str(payload);  // a reply: status, length, payload
     c.out += w.out;
   }
-  void malformed(conn& c, const std::string& what) {
-    reply(c, detail::store_impl::status::failed, "store: malformed message (" + what + "); closing the connection");
-    c.in.clear();
-    c.closing = true;
+  /// Logs a connection the server refuses or drops, naming the client's address and why (never
+  /// the token). At most `max_logged` lines, so a port scanner cannot flood rank 0's stderr.
+  void refused(const conn& c, const std::string& why) {
+    static constexpr int max_logged = 100;
+    if (logged_ > max_logged) return;
+    if (logged_++ == max_logged)
+      std::fprintf(stderr, "[tutti store %s] more refused connections; no longer logged\n", where_.c_str());
+    else
+      std::fprintf(stderr, "[tutti store %s] refused a connection from %s: %s\n", where_.c_str(), c.peer.c_str(),
+                   why.c_str());
   }
 
-  /// Consumes the complete frames in `c.in`; false once the connection is to be closed.
+  /// Consumes the complete messages in `c.in` (parsed by `parse_hello` and `parse_request`);
+  /// false once the connection is to be closed. A malformed message gets an error reply (none
+  /// for a stranger: it may not even speak TCP to us on purpose) and the connection is dropped.
   bool handle(conn& c) {
     using namespace detail::store_impl;
-    while (!c.closing) {
-      if (!c.hello) {
-        if (c.in.size() < hello_fixed) return true;
-        reader r{c.in};
-        const auto m = r.num<std::uint64_t>();
-        const auto v = r.num<std::uint32_t>();
-        const auto rank = r.num<std::int32_t>();
-        const auto world = r.num<std::int32_t>();
-        const auto tlen = r.num<std::uint32_t>();
-        if (m != magic) {  // not one of ours: say nothing, just close
-          c.in.clear();
-          c.closing = true;
-          return false;
-        }
-        if (tlen > max_token) return malformed(c, "token of " + std::to_string(tlen) + " bytes"), false;
-        if (c.in.size() < hello_fixed + tlen) return true;
-        const std::string token = c.in.substr(hello_fixed, tlen);
-        c.in.erase(0, hello_fixed + tlen);
-        std::string refusal;
-        bool poison = false;
-        if (v != version) {
-          refusal = "protocol version " + std::to_string(v) + " differs from the store's " + std::to_string(version);
-        } else if (!token_.empty() && token != token_) {
-          refusal = "wrong job token: this process's TUTTI_JOB_TOKEN differs from rank 0's (another job's "
-                    "process, or a rank started with a different environment)";
-        } else if (rank >= 0 && world_size_ > 0 && world != world_size_) {
-          refusal = "rank " + std::to_string(rank) + " says the world has " + std::to_string(world) +
-                    " ranks, rank 0 says " + std::to_string(world_size_) + " (WORLD_SIZE differs between ranks)";
-          poison = true;
-        } else if (rank >= 0 && world_size_ > 0 && rank >= world_size_) {
-          refusal = "a process claims rank " + std::to_string(rank) + " in a world of " + std::to_string(world_size_);
-          poison = true;
-        } else if (rank >= 0 && !ranks_.insert(rank).second) {
-          refusal = "two processes claim rank " + std::to_string(rank) + " (duplicate RANK)";
-          poison = true;
-        }
-        if (poison && problem_.empty()) problem_ = refusal;
-        writer w;
-        w.num(magic).num(static_cast<std::uint8_t>(refusal.empty() ? status::ok : status::refused)).str(refusal);
-        c.out += w.out;
-        if (!refusal.empty()) {
-          c.closing = true;
-          return false;
-        }
-        c.hello = true;
-        continue;
-      }
-      if (c.in.size() < 4) return true;
-      reader lr{c.in};
-      const auto len = lr.num<std::uint32_t>();
-      if (len > max_frame) return malformed(c, "frame of " + std::to_string(len) + " bytes"), false;
-      if (c.in.size() < 4 + std::size_t{len}) return true;
-      reader r{std::string_view(c.in).substr(4, len)};
-      const auto o = static_cast<opcode>(r.num<std::uint8_t>());
-      switch (o) {
-        case opcode::set: {
-          const auto key = r.str(max_key);
-          const auto value = r.str(max_value);
-          if (!r.ok || !r.in.empty()) return malformed(c, "set"), false;
-          data_[std::string(key)] = std::string(value);
-          reply(c, status::ok, {});
-          break;
-        }
-        case opcode::add: {
-          const auto key = r.str(max_key);
-          const auto delta = r.num<std::int64_t>();
-          if (!r.ok || !r.in.empty()) return malformed(c, "add"), false;
-          auto& slot = data_[std::string(key)];
-          long long now = slot.empty() ? 0 : std::strtoll(slot.c_str(), nullptr, 10);
-          now += delta;
-          slot = std::to_string(now);
-          reply(c, status::ok, slot);
-          break;
-        }
-        case opcode::get:
-        case opcode::wait: {
-          const auto timeout_ms = r.num<std::uint64_t>();
-          std::vector<std::string> keys;
-          if (o == opcode::get) {
-            keys.emplace_back(r.str(max_key));
-          } else {
-            const auto n = r.num<std::uint32_t>();
-            if (n > max_keys) return malformed(c, "wait for " + std::to_string(n) + " keys"), false;
-            for (std::uint32_t i = 0; i < n && r.ok; ++i) keys.emplace_back(r.str(max_key));
+    try {
+      while (!c.closing) {
+        if (!c.hello) {
+          const auto h = parse_hello(c.in);
+          if (!h) return true;
+          std::string refusal;
+          bool poison = false;
+          if (h->version != version) {
+            refusal = "protocol version " + std::to_string(h->version) + " differs from the store's " +
+                      std::to_string(version);
+          } else if (!token_.empty() && h->token != token_) {
+            refusal = "wrong job token: this process's TUTTI_JOB_TOKEN differs from rank 0's (another job's "
+                      "process, or a rank started with a different environment)";
+          } else if (h->rank >= 0 && world_size_ > 0 && h->world != world_size_) {
+            refusal = "rank " + std::to_string(h->rank) + " says the world has " + std::to_string(h->world) +
+                      " ranks, rank 0 says " + std::to_string(world_size_) + " (WORLD_SIZE differs between ranks)";
+            poison = true;
+          } else if (h->rank >= 0 && world_size_ > 0 && h->rank >= world_size_) {
+            refusal = "a process claims rank " + std::to_string(h->rank) + " in a world of " +
+                      std::to_string(world_size_);
+            poison = true;
+          } else if (h->rank >= 0 && !ranks_.insert(h->rank).second) {
+            refusal = "two processes claim rank " + std::to_string(h->rank) + " (duplicate RANK)";
+            poison = true;
           }
-          if (!r.ok || !r.in.empty() || timeout_ms > (std::uint64_t{1} << 40)) return malformed(c, "get/wait"), false;
-          pending_.push_back({c.id, std::move(keys), o == opcode::get,
-                              clock::now() + std::chrono::milliseconds(timeout_ms)});
-          break;
+          c.in.erase(0, h->size);  // h->token points into c.in: not used past here
+          if (poison && problem_.empty()) problem_ = refusal;
+          writer w;
+          w.num(magic).num(static_cast<std::uint8_t>(refusal.empty() ? status::ok : status::refused)).str(refusal);
+          c.out += w.out;
+          if (!refusal.empty()) {
+            refused(c, refusal);
+            c.closing = true;
+            return false;
+          }
+          c.hello = true;
+          continue;
         }
-        default:
-          return malformed(c, "unknown operation " + std::to_string(static_cast<int>(o))), false;
+        const auto q = parse_request(c.in);
+        if (!q) return true;
+        switch (q->op) {
+          case opcode::set:
+            data_[std::string(q->key)] = std::string(q->value);
+            reply(c, status::ok, {});
+            break;
+          case opcode::add: {
+            auto& slot = data_[std::string(q->key)];
+            slot = add_to(slot, q->delta);
+            reply(c, status::ok, slot);
+            break;
+          }
+          case opcode::get:
+          case opcode::wait:
+            pending_.push_back({c.id, std::vector<std::string>(q->keys.begin(), q->keys.end()),
+                                q->op == opcode::get, clock::now() + std::chrono::milliseconds(q->timeout_ms)});
+            break;
+        }
+        c.in.erase(0, q->size);
       }
-      c.in.erase(0, 4 + std::size_t{len});
+    } catch (const malformed& e) {
+      if (!e.stranger) reply(c, status::failed, "store: malformed message (" + e.reason + "); closing the connection");
+      refused(c, e.stranger ? e.reason : "malformed message (" + e.reason + ")");
+      c.in.clear();
+      c.closing = true;
     }
     return false;
   }
@@ -511,6 +660,8 @@ class store_server {
   int world_size_;
   std::string token_;
   int port_ = 0;
+  std::string address_, where_;  // the listening address, and with its port for the log
+  int logged_ = 0;               // refusals logged (server thread only)
   detail::unique_fd listener_, wake_;
   std::thread thread_;
   // Touched by the server thread only.
@@ -557,16 +708,20 @@ class store {
     writer w;
     w.num(magic).num(version).num(static_cast<std::int32_t>(rank)).num(static_cast<std::int32_t>(world_size)).str(token);
     io(w.out.data(), w.out.size(), true, deadline);
-    char head[8 + 1 + 4];
+    char head[answer_head_bytes];
     io(head, sizeof head, false, deadline);
-    reader r{std::string_view(head, sizeof head)};
-    if (r.num<std::uint64_t>() != magic) throw config_error("store: " + where_ + " is not a tutti store (bad magic)");
-    const auto st = static_cast<status>(r.num<std::uint8_t>());
-    const auto n = r.num<std::uint32_t>();
-    if (n > 4096) throw config_error("store: malformed welcome from " + where_);
-    std::string msg(n, '\0');
-    io(msg.data(), n, false, deadline);
-    if (st != status::ok) throw config_error("store at " + where_ + " refused this process: " + msg);
+    answer_head a;
+    try {
+      a = parse_answer_head(std::string_view(head, sizeof head), magic);
+    } catch (const malformed& e) {
+      fd_.reset();
+      throw config_error("store: " + where_ + (e.stranger ? " is not a tutti store (bad magic)"
+                                                          : " sent a malformed welcome (" + e.reason + ")"));
+    }
+    std::string msg(a.text_bytes, '\0');
+    io(msg.data(), msg.size(), false, deadline);
+    if (a.status != static_cast<std::uint8_t>(status::ok))
+      throw config_error("store at " + where_ + " refused this process: " + msg);
   }
 
   void set(std::string_view key, std::string_view value) {
@@ -681,18 +836,19 @@ class store {
     const auto deadline = std::chrono::steady_clock::now() + timeout + std::chrono::seconds(5);
     const std::string f = frame(body);
     io(const_cast<char*>(f.data()), f.size(), true, deadline);
-    char head[1 + 4];
+    char head[reply_head_bytes];
     io(head, sizeof head, false, deadline);
-    reader r{std::string_view(head, sizeof head)};
-    const auto st = static_cast<status>(r.num<std::uint8_t>());
-    const auto n = r.num<std::uint32_t>();
-    if (n > max_value) {
+    reply_head h;
+    try {
+      h = parse_reply_head(std::string_view(head, sizeof head));
+    } catch (const malformed& e) {
       fd_.reset();
-      throw error(errc::aborted, "store: malformed reply from " + where_);
+      throw error(errc::aborted, "store: malformed reply from " + where_ + " (" + e.reason +
+                                     ") to a request about '" + std::string(key) + "'");
     }
-    std::string payload(n, '\0');
-    io(payload.data(), n, false, deadline);
-    switch (st) {
+    std::string payload(h.payload_bytes, '\0');
+    io(payload.data(), payload.size(), false, deadline);
+    switch (h.st) {
       case status::ok: return payload;
       case status::timeout:
         throw timeout_error("store: timed out after " + std::to_string(timeout.count()) + " ms waiting for key(s) " +
@@ -700,9 +856,8 @@ class store {
       case status::failed: throw config_error("store at " + where_ + ": " + payload);
       default: break;
     }
-    fd_.reset();
-    throw error(errc::aborted, "store: malformed reply from " + where_ + " (status " +
-                                   std::to_string(static_cast<int>(st)) + ") to a request about '" +
+    fd_.reset();  // status::refused answers only a hello
+    throw error(errc::aborted, "store: malformed reply from " + where_ + " (status refused) to a request about '" +
                                    std::string(key) + "'");
   }
 

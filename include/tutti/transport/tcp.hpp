@@ -10,6 +10,14 @@
 ///   checks and answers. The advertised address is that of `TUTTI_SOCKET_IFNAME` when set,
 ///   otherwise the local address of this rank's connection to the store (the address on the
 ///   route to the master); IPv4 and IPv6 both work.
+/// - A connection whose hello is not a rank of this job's (wrong magic, version, token or job
+///   id, a length past its cap, a hello cut short) is refused, closed and logged on stderr with
+///   the peer's address and what was wrong (never the token), and the start-up goes on; a rank
+///   of this job that disagrees (world size, streams, a duplicate rank) fails it. The hello, the
+///   answer and the frame header are parsed by pure functions (`detail::tcp_impl::
+///   parse_mesh_hello`, `store_impl::parse_answer_head`, `parse_frame_head`), which the fuzz
+///   target `tests/fuzz/tcp_frame.cpp` calls too; an acceptor buffers at most one hello
+///   (`max_hello_bytes`, 548) per connection.
 /// - Sockets: `TCP_NODELAY`; `SO_SNDBUF`/`SO_RCVBUF` of `TUTTI_TCP_BUFFER_BYTES` (default 4 MiB,
 ///   applied only where the kernel's `net.core.[rw]mem_max` allows it, since a clamped buffer
 ///   is smaller than what autotuning reaches; set the variable to force it, 0 to leave the
@@ -51,6 +59,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -201,6 +210,93 @@ inline std::string hello_text(int from, int world, int stream, int streams, cons
   return w.out;
 }
 
+// ---- the wire's parsers: pure functions of the bytes received, called by the transport and by
+// the fuzz target tests/fuzz/tcp_frame.cpp alike. A malformed input raises
+// `store_impl::malformed` (`stranger` for a wrong magic); none of them allocates for a length
+// it read before checking it against its cap.
+
+/// A rank's hello on a new mesh connection: magic u64, version u32, from, world, stream,
+/// streams (i32 each), then the job id and the token (u32 length + bytes each).
+struct mesh_hello {
+  std::uint32_t version = 0;
+  std::int32_t from = 0, world = 0, stream = 0, streams = 0;
+  std::string_view job_id, token;  // point into the parsed bytes
+  std::size_t size = 0;            // bytes it took
+};
+inline constexpr std::size_t max_job_id = 256;  // TUTTI_JOB_ID; tuttirun's are far shorter
+inline constexpr std::size_t hello_fixed = 8 + 4 + 4 * 4;
+/// The longest hello: the acceptor never buffers more than this (plus one read) per connection.
+inline constexpr std::size_t max_hello_bytes = hello_fixed + 4 + max_job_id + 4 + store_impl::max_token;
+
+/// Parses the hello at the front of `in`: empty while incomplete; `malformed` for another magic,
+/// or a job id or token longer than its cap (as soon as its length has arrived).
+inline std::optional<mesh_hello> parse_mesh_hello(std::string_view in) {
+  using store_impl::malformed;
+  if (in.size() < 8) return std::nullopt;
+  store_impl::reader r{in};
+  if (r.num<std::uint64_t>() != hello_magic) throw malformed("not a tutti connection (wrong magic)", true);
+  if (in.size() < hello_fixed) return std::nullopt;
+  mesh_hello h;
+  h.version = r.num<std::uint32_t>();
+  h.from = r.num<std::int32_t>();
+  h.world = r.num<std::int32_t>();
+  h.stream = r.num<std::int32_t>();
+  h.streams = r.num<std::int32_t>();
+  // A length-prefixed field: false while incomplete.
+  auto field = [&](std::string_view& out, std::size_t cap, const char* what) {
+    if (r.in.size() < 4) return false;
+    const auto n = store_impl::reader{r.in}.num<std::uint32_t>();
+    if (n > cap) throw malformed(std::string(what) + " of " + std::to_string(n) + " bytes");
+    if (r.in.size() < 4 + std::size_t{n}) return false;
+    out = r.str(cap);
+    return true;
+  };
+  if (!field(h.job_id, max_job_id, "job id") || !field(h.token, store_impl::max_token, "token")) return std::nullopt;
+  h.size = in.size() - r.in.size();
+  return h;
+}
+
+/// What a 64-byte frame header says: a message (its header: fingerprint and payload bytes), or
+/// a failed peer's notice (the length of the reason that follows, cut to `max_failure_text`).
+/// A message's byte count is never allocated for: the receiver reads into the buffer of the
+/// size it expects, and any other count is a `mismatch_error` before a payload byte moves.
+struct frame_head {
+  bool failure = false;
+  header h;
+  std::size_t text_bytes = 0;
+};
+
+/// Parses a frame header; `malformed` for another magic or a collective that does not exist
+/// (error messages name the collective, so it must be one).
+inline frame_head parse_frame_head(const wire_header& w) {
+  using store_impl::malformed;
+  frame_head f;
+  if (w.magic == failure_magic) {
+    f.failure = true;
+    f.text_bytes = static_cast<std::size_t>(std::min<std::uint64_t>(w.bytes, max_failure_text));
+    return f;
+  }
+  if (w.magic != message_magic)
+    throw malformed("not a tutti message: the stream is corrupt or another program wrote to it", true);
+  std::memcpy(&f.h.fp, w.fp, sizeof f.h.fp);
+  if (static_cast<unsigned>(f.h.fp.coll) > static_cast<unsigned>(collective::group))
+    throw malformed("unknown collective " + std::to_string(static_cast<unsigned>(f.h.fp.coll)));
+  f.h.bytes = w.bytes;
+  return f;
+}
+
+/// One line on stderr for a connection the acceptor drops: the peer's address and why, never
+/// the token. At most `max_logged` per start-up.
+inline void log_refusal(int rank, const std::string& from, const std::string& why, int& logged) {
+  static constexpr int max_logged = 100;
+  if (logged > max_logged) return;
+  if (logged++ == max_logged)
+    std::fprintf(stderr, "[tutti rank %d] tcp start-up: more refused connections; no longer logged\n", rank);
+  else
+    std::fprintf(stderr, "[tutti rank %d] tcp start-up: refused a connection from %s: %s\n", rank, from.c_str(),
+                 why.c_str());
+}
+
 /// Writes or reads all of `buf` on a non-blocking socket by the deadline (start-up only).
 inline void io_by(link& l, void* buf, std::size_t n, bool writing, std::chrono::steady_clock::time_point deadline,
                   const std::string& what) {
@@ -325,19 +421,19 @@ class tcp {
     // 3. Every higher rank's answer.
     for (int j = R + 1; j < P; ++j)
       for (auto& l : m->peers[static_cast<std::size_t>(j)]) {
-        char head[8 + 1 + 4];
+        char head[detail::store_impl::answer_head_bytes];
         const std::string what = "waiting for rank " + std::to_string(j) + " to accept rank " + std::to_string(R);
         io_by(*l, head, sizeof head, false, deadline, what);
-        detail::store_impl::reader r{std::string_view(head, sizeof head)};
-        const auto mg = r.num<std::uint64_t>();
-        const auto st = r.num<std::uint8_t>();
-        const auto n = r.num<std::uint32_t>();
-        if (mg != hello_magic || n > 4096)
+        detail::store_impl::answer_head a;
+        try {
+          a = detail::store_impl::parse_answer_head(std::string_view(head, sizeof head), hello_magic);
+        } catch (const detail::store_impl::malformed& e) {
           throw config_error("tcp start-up: rank " + std::to_string(j) + " answered rank " + std::to_string(R) +
-                             " with something that is not tutti's");
-        std::string msg(n, '\0');
-        io_by(*l, msg.data(), n, false, deadline, what);
-        if (st != 0)
+                             " with something that is not tutti's (" + e.reason + ")");
+        }
+        std::string msg(a.text_bytes, '\0');
+        io_by(*l, msg.data(), msg.size(), false, deadline, what);
+        if (a.status != 0)
           throw config_error("tcp start-up: rank " + std::to_string(j) + " refused rank " + std::to_string(R) + ": " + msg);
       }
     return t;
@@ -616,9 +712,16 @@ class tcp {
 
   void check(incoming& in, part& p, const wait_context& w) {
     using namespace detail::tcp_impl;
-    if (in.wire.magic == failure_magic) {
+    frame_head f;
+    try {
+      f = parse_frame_head(in.wire);
+    } catch (const detail::store_impl::malformed& e) {
+      throw error(errc::aborted, detail::where(in.h, w.algorithm) + ": rank " + std::to_string(rank_) +
+                                     " received a malformed header from " + name(in.peer) + " (" + e.reason + ")");
+    }
+    if (f.failure) {
       // The peer failed and said why; its text follows (best effort, briefly).
-      std::string text(std::min<std::size_t>(in.wire.bytes, max_failure_text), '\0');
+      std::string text(f.text_bytes, '\0');
       try {
         io_by(*p.l, text.data(), text.size(), false, std::chrono::steady_clock::now() + std::chrono::seconds(1), "");
       } catch (const error&) {
@@ -627,16 +730,9 @@ class tcp {
       throw peer_lost(detail::where(in.h, w.algorithm) + ": " + name(in.peer) + " failed while rank " +
                       std::to_string(rank_) + " waited for it: " + text);
     }
-    if (in.wire.magic != message_magic)
-      throw error(errc::aborted, detail::where(in.h, w.algorithm) + ": rank " + std::to_string(rank_) +
-                                     " received a malformed header from " + name(in.peer) +
-                                     " (not a tutti message: the stream is corrupt or another program wrote to it)");
-    header got;
-    std::memcpy(&got.fp, in.wire.fp, sizeof got.fp);
-    got.bytes = in.wire.bytes;
     header want = in.h;
     want.fp.context = context_;
-    detail::check_header(want, rank_, got, in.peer, w.algorithm);
+    detail::check_header(want, rank_, f.h, in.peer, w.algorithm);
     in.checked = true;
   }
 
@@ -725,7 +821,9 @@ class tcp {
     struct waiting {
       std::unique_ptr<link> l;
       std::string in;
+      std::string from;  // the peer's address, for the log
     };
+    int logged = 0;
     std::vector<waiting> pending;
     for (int r = 0; r < R; ++r) m.peers[static_cast<std::size_t>(r)].resize(static_cast<std::size_t>(S));
     int missing = R * S;
@@ -753,35 +851,49 @@ class tcp {
           if (ec) break;
           l->sock.set_option(asio::ip::tcp::no_delay(true), ec);
           l->sock.non_blocking(true, ec);
-          pending.push_back({std::move(l), {}});
+          const auto peer = l->sock.remote_endpoint(ec);
+          std::string from = ec ? std::string("an unknown address") : sockaddr_text(peer);
+          pending.push_back({std::move(l), {}, std::move(from)});
         }
       }
       for (std::size_t i = 0; i < pending.size();) {
         auto& p = pending[i];
+        // A peer sends its hello and waits for the answer: never more than `max_hello_bytes`.
         char buf[1024];
         asio::error_code ec;
-        const std::size_t k = p.l->sock.read_some(asio::buffer(buf), ec);
+        const std::size_t k = p.l->sock.read_some(asio::buffer(buf, std::min(sizeof buf, max_hello_bytes + 1 - p.in.size())), ec);
         p.in.append(buf, k);
-        bool drop = (ec && ec != asio::error::would_block && ec != asio::error::try_again) || p.in.size() > 1024;
-        detail::store_impl::reader r{p.in};
-        const auto mg = r.num<std::uint64_t>();
-        if (r.ok && mg != hello_magic) drop = true;  // a stranger: ignore it
-        const auto version = r.num<std::uint32_t>();
-        const auto from = r.num<std::int32_t>();
-        const auto world = r.num<std::int32_t>();
-        const auto stream = r.num<std::int32_t>();
-        const auto streams = r.num<std::int32_t>();
-        const auto job_id = r.str(256);
-        const auto their_token = r.str(detail::store_impl::max_token);
-        if (drop || !r.ok) {
-          if (drop) pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
-          else ++i;
+        const bool gone = ec && ec != asio::error::would_block && ec != asio::error::try_again &&
+                          ec != asio::error::interrupted;
+        std::optional<mesh_hello> h;
+        std::string dropped;
+        try {
+          h = parse_mesh_hello(p.in);
+        } catch (const detail::store_impl::malformed& e) {
+          dropped = e.stranger ? e.reason : "malformed hello (" + e.reason + ")";
+        }
+        if (!h && dropped.empty() && gone && !p.in.empty())  // a probe that connects and closes says nothing
+          dropped = "it closed the connection after " + std::to_string(p.in.size()) + " bytes of an incomplete hello";
+        if (!dropped.empty() || (!h && gone)) {
+          if (!dropped.empty()) log_refusal(R, p.from, dropped, logged);
+          pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
           continue;
         }
+        if (!h) {
+          ++i;
+          continue;
+        }
+        const auto version = h->version;
+        const int from = h->from, world = h->world, stream = h->stream, streams = h->streams;
+        const std::string_view job_id = h->job_id, their_token = h->token;  // into p.in
+        // A stranger (another version, token or job) is refused and the start-up goes on; a rank
+        // of this job that disagrees (world size, streams, a duplicate) fails it.
         std::string refusal;
         bool fatal = true;
-        if (version != hello_version) refusal = "protocol version " + std::to_string(version) + " differs from " + std::to_string(hello_version);
-        else if (their_token != token || job_id != job.job_id) {
+        if (version != hello_version) {
+          refusal = "protocol version " + std::to_string(version) + " differs from " + std::to_string(hello_version);
+          fatal = false;
+        } else if (their_token != token || job_id != job.job_id) {
           refusal = "wrong job token or job id: not a rank of this job";
           fatal = false;
         } else if (world != job.world_size)
@@ -803,6 +915,7 @@ class tcp {
         }
         if (!refusal.empty()) {
           if (fatal) throw config_error("tcp start-up: rank " + std::to_string(R) + " refused a connection: " + refusal);
+          log_refusal(R, p.from, refusal, logged);
           pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
           continue;
         }

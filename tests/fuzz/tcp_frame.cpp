@@ -1,0 +1,69 @@
+// libFuzzer target: tutti::tcp's wire parsers (tutti/transport/tcp.hpp), fed what a peer or a
+// stranger could send: the first 64 bytes as a frame header, checked against the header this
+// rank expects as the receiver checks it (`parse_frame_head`, then `check_header`, whose error
+// message names every field it got); the whole input as a mesh hello (`parse_mesh_hello`), as an
+// acceptor reads it; and as the answer to a hello (`parse_answer_head`). Every input must end in
+// a result, "incomplete", `malformed` or `mismatch_error`: a crash, a sanitizer report or any
+// other exception is a bug.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <tutti/transport/tcp.hpp>
+
+namespace {
+using namespace tutti;
+using namespace tutti::detail::tcp_impl;
+using tutti::detail::store_impl::malformed;
+
+void frame(std::string_view in) {
+  if (in.size() < sizeof(wire_header)) return;
+  wire_header w;
+  std::memcpy(&w, in.data(), sizeof w);
+  try {
+    const frame_head f = parse_frame_head(w);
+    if (f.failure) {
+      if (f.text_bytes > max_failure_text) __builtin_trap();
+      return;
+    }
+    header want;
+    want.fp.coll = collective::all_reduce;
+    want.fp.seq = 3;
+    want.fp.count = 7;
+    want.fp.dtype = 9;
+    want.fp.elem_size = 4;
+    want.fp.op = 1;
+    want.bytes = 28;
+    tutti::detail::check_header(want, 1, f.h, 0, "ring");
+  } catch (const malformed&) {
+  } catch (const mismatch_error& e) {
+    if (std::string_view(e.what()).empty()) __builtin_trap();
+  }
+}
+
+void hello(std::string_view in) {
+  try {
+    const auto h = parse_mesh_hello(in);
+    if (h && (h->size > max_hello_bytes || h->size > in.size() || h->job_id.size() > max_job_id)) __builtin_trap();
+  } catch (const malformed&) {
+  }
+}
+
+void answer(std::string_view in) {
+  try {
+    if (in.size() >= tutti::detail::store_impl::answer_head_bytes)
+      tutti::detail::store_impl::parse_answer_head(in.substr(0, tutti::detail::store_impl::answer_head_bytes),
+                                                   hello_magic);
+  } catch (const malformed&) {
+  }
+}
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const std::string_view in(reinterpret_cast<const char*>(data), size);
+  frame(in);
+  hello(in);
+  answer(in);
+  return 0;
+}
