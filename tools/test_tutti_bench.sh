@@ -7,6 +7,7 @@
 #       (checked, never -1), and "Out of bounds values : 0 OK" in the table.
 #   test_tutti_bench.sh BENCH bad_flags           every bad invocation exits 2 naming the problem.
 #   test_tutti_bench.sh BENCH outputs             --osu table and --json file (threads, 3 ranks).
+# TUTTI_BENCH_PREFIX, if set, is a launcher command put before BENCH in `run` (mpiexec -np 3 ...).
 set -u
 bench=$1 mode=$2
 shift 2
@@ -18,7 +19,8 @@ case $mode in
 run)
   np=$1
   shift
-  "$bench" "$@" --csv "$tmp/out.csv" > "$tmp/stdout" 2> "$tmp/stderr"
+  # shellcheck disable=SC2086
+  ${TUTTI_BENCH_PREFIX:-} "$bench" "$@" --csv "$tmp/out.csv" > "$tmp/stdout" 2> "$tmp/stderr"
   rc=$?
   cat "$tmp/stdout"
   [[ $rc == 0 ]] || { cat "$tmp/stderr" >&2; fail "tutti-bench $* exited $rc"; }
