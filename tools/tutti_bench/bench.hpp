@@ -74,6 +74,8 @@ struct size_result {
 class report {
  public:
   report(const options& o, int np, int threads);
+  report(const report&) = delete;
+  report& operator=(const report&) = delete;
   ~report();
   void begin(tutti::collective c);
   void add(const size_result& r);
@@ -431,6 +433,18 @@ class runner {
 template <class Comm>
 long long run_on(Comm& comm, const options& o, report* rep) {
   return runner<Comm>(comm, o, comm.rank() == 0 ? rep : nullptr).run();
+}
+
+/// One rank per process over `Transport` (shm, tcp, mpi): joins the job the environment
+/// describes, runs, and returns the exit status (0; 1 when a result was wrong).
+template <class Transport>
+int run_process(const options& o) {
+  auto comm = tutti::communicator<Transport>::from_env();
+  std::optional<report> rep;
+  if (comm.rank() == 0) rep.emplace(o, comm.size(), 1);
+  const long long wrong = run_on(comm, o, rep ? &*rep : nullptr);
+  if (rep) rep->finish();
+  return wrong == 0 ? 0 : 1;
 }
 
 // Entry points, one per transport (over_*.cpp). Each joins the job, runs, and returns the process
