@@ -1,0 +1,457 @@
+// tutti-bench: the options, the rank-0 report, and the measuring loop shared by every transport.
+// One translation unit per transport (over_*.cpp) instantiates `run_on` for its communicator, so
+// the templates are compiled once per transport and in parallel; main.cpp parses the command line,
+// launches the ranks and writes the report.
+#pragma once
+
+#include <tutti/tutti.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "../../bench/allreduce_sweep.hpp"  // iterations_measured: the calibrated iteration rule
+
+namespace tutti_bench {
+
+enum class dtype_kind { f32, f64, i32, i64, u8, f16, bf16 };
+enum class op_kind { sum, prod, min, max, avg };
+enum class transport_kind { shm, tcp, threads, mpi };
+
+/// Everything the command line sets; identical on every rank (each parses the same argv).
+struct options {
+  std::size_t min_bytes = 8, max_bytes = std::size_t{32} << 20;
+  std::size_t factor = 2;
+  int iters = 20;       // -n; 0: calibrated from the warm-up time (seconds_per_size per size)
+  int warmup = 5;       // -w
+  bool check = true;    // -c
+  dtype_kind dtype = dtype_kind::f32;
+  op_kind op = op_kind::sum;
+  int root = 0;
+  std::vector<tutti::collective> collectives{tutti::collective::all_reduce};
+  transport_kind transport = transport_kind::shm;
+  std::string algo = "automatic";  // automatic or one of automatic::choice_name
+  int np = 0;                      // --np; 0: not given
+  double seconds_per_size = 0.25;  // with -n 0
+  std::string json_path, csv_path;  // empty: none; "-": stdout
+  bool osu = false;
+  bool progress = false;           // --progress: also when stderr is not a tty
+  std::string command_line;        // for the JSON meta
+};
+
+const char* dtype_name(dtype_kind d);
+const char* op_name(op_kind o);
+const char* transport_name(transport_kind t);
+/// Whether `--algo` has a schedule for `c` on the chosen transport (automatic always has).
+bool algo_supports(const options& o, tutti::collective c);
+
+/// One placement of one size: the slowest rank's mean time per call (time_us), the fastest's
+/// and the mean over ranks (for --osu), and the wrong elements summed over ranks (-1: unchecked).
+struct measurement {
+  bool present = false;
+  double time_us = 0, min_us = 0, avg_us = 0;
+  int iters = 0;
+  long long wrong = -1;
+};
+
+/// One size of one collective: `bytes` and `count` as nccl-tests prints them (the largest
+/// per-rank buffer, the per-rank count the call takes).
+struct size_result {
+  tutti::collective coll;
+  std::size_t bytes = 0, count = 0;
+  int root = -1;
+  bool uses_op = false;
+  measurement out_of_place, in_place;
+};
+
+/// Rank 0's output: table (or OSU table), CSV, JSON, progress line. Implemented in main.cpp.
+class report {
+ public:
+  report(const options& o, int np, int threads);
+  report(const report&) = delete;
+  report& operator=(const report&) = delete;
+  ~report();
+  void begin(tutti::collective c);
+  void add(const size_result& r);
+  void note(const std::string& text);  // a '#' line in the table, and on stderr
+  void end(tutti::collective c);
+  void progress(tutti::collective c, std::size_t bytes, int step, int steps);
+  /// Writes the footer and the JSON file; returns the wrong elements of the whole run.
+  long long finish();
+
+ private:
+  struct impl;
+  impl* p_;
+};
+
+/// The busbw factor of nccl-tests' PERFORMANCE.md for collective `c` on `n` ranks.
+inline double bus_factor(tutti::collective c, int n) {
+  using tutti::collective;
+  switch (c) {
+    case collective::all_reduce: return 2.0 * (n - 1) / n;
+    case collective::all_gather:
+    case collective::reduce_scatter:
+    case collective::all_to_all:
+    case collective::gather:
+    case collective::scatter: return static_cast<double>(n - 1) / n;
+    case collective::broadcast:
+    case collective::reduce: return 1.0;
+    default: return 0.0;
+  }
+}
+
+/// The sizes of the sweep (-b, -e, -f), in bytes.
+inline std::vector<std::size_t> sweep_sizes(const options& o) {
+  std::vector<std::size_t> s;
+  for (std::size_t b = o.min_bytes; b <= o.max_bytes; b *= o.factor) {
+    s.push_back(b);
+    if (o.factor < 2 || b > o.max_bytes / o.factor) break;
+  }
+  return s;
+}
+
+// ---- values the check fills in and expects ------------------------------------------------
+
+template <class T>
+T to(long long v) {
+  if constexpr (std::is_same_v<T, tutti::float16> || std::is_same_v<T, tutti::bfloat16>) return T(static_cast<float>(v));
+  else return static_cast<T>(v);
+}
+template <class T>
+bool same(T a, T b) {
+  if constexpr (std::is_same_v<T, tutti::float16> || std::is_same_v<T, tutti::bfloat16>)
+    return static_cast<float>(a) == static_cast<float>(b);
+  else return a == b;
+}
+/// A value no input holds, written into outputs before the checked call.
+template <class T>
+T sentinel() {
+  return to<T>(std::is_unsigned_v<T> ? 201 : -77);
+}
+
+/// Inputs: small integers, exact in every dtype (bfloat16 too) after reducing over 50 ranks.
+/// Products use 1, 2 and -1 only (exact powers of two). `who` is the rank (or a rank-derived id).
+template <class T>
+long long input_value(op_kind op, bool reduction, long long who, std::size_t i) {
+  constexpr bool uns = std::is_unsigned_v<T>;
+  if (reduction && op == op_kind::prod) {
+    static constexpr int s[4] = {1, 2, 1, -1}, u[4] = {1, 2, 1, 1};
+    const auto k = (static_cast<std::size_t>(who) * 3 + i * 5) % 4;
+    return uns ? u[k] : s[k];
+  }
+  const std::size_t m = reduction ? 11 : 101;  // reductions: |sum| <= 5 n; otherwise a wider spread
+  const long long v = static_cast<long long>((static_cast<std::size_t>(who) * 7 + i * 13) % m) - static_cast<long long>(m / 2);
+  return uns ? v + static_cast<long long>(m / 2) : v;
+}
+
+/// What the reduction of every rank's input_value(r, i) over n ranks gives, as tutti computes it
+/// (avg: the sum divided once, in T, as communicator::finish does).
+template <class T>
+T reduced_value(op_kind op, int n, std::size_t i) {
+  long long acc = input_value<T>(op, true, 0, i);
+  for (int r = 1; r < n; ++r) {
+    const long long v = input_value<T>(op, true, r, i);
+    switch (op) {
+      case op_kind::prod: acc *= v; break;
+      case op_kind::min: acc = std::min(acc, v); break;
+      case op_kind::max: acc = std::max(acc, v); break;
+      default: acc += v;
+    }
+  }
+  T res;
+  if constexpr (std::is_integral_v<T>) res = static_cast<T>(static_cast<std::make_unsigned_t<T>>(acc));  // wraps as T does
+  else res = to<T>(acc);
+  if (op == op_kind::avg) {
+    using D = std::conditional_t<std::is_arithmetic_v<T>, T, float>;
+    res = static_cast<T>(res / static_cast<D>(n));
+  }
+  return res;
+}
+
+template <class T>
+struct type_tag {
+  using type = T;
+};
+
+template <class F>
+void with_dtype(dtype_kind d, F&& f) {
+  switch (d) {
+    case dtype_kind::f32: return f(type_tag<float>{});
+    case dtype_kind::f64: return f(type_tag<double>{});
+    case dtype_kind::i32: return f(type_tag<std::int32_t>{});
+    case dtype_kind::i64: return f(type_tag<std::int64_t>{});
+    case dtype_kind::u8: return f(type_tag<std::uint8_t>{});
+    case dtype_kind::f16: return f(type_tag<tutti::float16>{});
+    case dtype_kind::bf16: return f(type_tag<tutti::bfloat16>{});
+  }
+}
+template <class F>
+void with_op(op_kind o, F&& f) {
+  switch (o) {
+    case op_kind::sum: return f(tutti::op::sum{});
+    case op_kind::prod: return f(tutti::op::prod{});
+    case op_kind::min: return f(tutti::op::min{});
+    case op_kind::max: return f(tutti::op::max{});
+    case op_kind::avg: return f(tutti::op::avg{});
+  }
+}
+
+// ---- the measuring loop ---------------------------------------------------------------------
+
+/// Runs every requested collective over every size on `comm`; every rank calls it, `rep` is
+/// rank 0's report (nullptr elsewhere). Returns the wrong elements summed over ranks and sizes.
+template <class Comm>
+class runner {
+ public:
+  runner(Comm& comm, const options& o, report* rep) : c_(comm), o_(o), rep_(rep), n_(comm.size()), r_(comm.rank()) {}
+
+  long long run() {
+    long long wrong = 0;
+    const auto sizes = sweep_sizes(o_);
+    int steps = 0, step = 0;
+    for (auto c : o_.collectives)
+      if (algo_supports(o_, c)) steps += c == tutti::collective::barrier ? 1 : static_cast<int>(sizes.size());
+    for (auto c : o_.collectives) {
+      if (!algo_supports(o_, c)) {  // only with --collective all: main rejects a single one
+        if (rep_)
+          rep_->note(std::string(tutti::collective_name(c)) + ": skipped, algorithm " + o_.algo + " has no " +
+                     std::string(tutti::collective_name(c)) + " schedule");
+        continue;
+      }
+      if (rep_) rep_->begin(c);
+      if (c == tutti::collective::barrier) {
+        if (rep_) rep_->progress(c, 0, ++step, steps);
+        size_result res{c, 0, 0, -1, false, {}, {}};
+        res.out_of_place = measure([] {}, [&] { c_.barrier(); }, [] { return 0LL; });
+        add(res, wrong);
+      } else {
+        with_dtype(o_.dtype, [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          for (std::size_t bytes : sizes) {
+            if (rep_) rep_->progress(c, bytes, ++step, steps);
+            add(one_size<T>(c, bytes), wrong);
+          }
+        });
+      }
+      if (rep_) rep_->end(c);
+    }
+    return wrong;
+  }
+
+ private:
+  void add(const size_result& r, long long& wrong) {
+    for (const measurement* m : {&r.out_of_place, &r.in_place})
+      if (m->present && m->wrong > 0) wrong += m->wrong;
+    if (rep_) rep_->add(r);
+  }
+
+  template <class T>
+  size_result one_size(tutti::collective c, std::size_t bytes) {
+    using tutti::collective;
+    using tutti::view;
+    const std::size_t n = static_cast<std::size_t>(n_), me = static_cast<std::size_t>(r_);
+    const bool reduction = c == collective::reduce || c == collective::all_reduce || c == collective::reduce_scatter;
+    const bool rooted = c == collective::broadcast || c == collective::reduce || c == collective::gather ||
+                        c == collective::scatter;
+    const int root = o_.root;
+    // nccl-tests' sizes: broadcast, reduce and all_reduce take the whole buffer; the others a
+    // block per rank, the size column being the whole (n blocks).
+    const bool whole = c == collective::broadcast || c == collective::reduce || c == collective::all_reduce;
+    const std::size_t count = whole ? bytes / sizeof(T) : bytes / (sizeof(T) * n);
+    const std::size_t total = whole ? count : count * n;
+    size_result res{c, total * sizeof(T), count, rooted ? root : -1, reduction, {}, {}};
+    a_.reserve(total * sizeof(T));
+    b_.reserve(total * sizeof(T));
+    T* a = reinterpret_cast<T*>(a_.data());
+    T* b = reinterpret_cast<T*>(b_.data());
+    auto in = [&](long long who, std::size_t i) { return to<T>(input_value<T>(o_.op, reduction, who, i)); };
+    auto fill = [&](T* p, std::size_t k, T v) { std::fill(p, p + k, v); };
+    auto count_wrong = [&](const T* p, std::size_t k, auto expect) {
+      long long w = 0;
+      for (std::size_t i = 0; i < k; ++i) w += !same(p[i], static_cast<T>(expect(i)));
+      return w;
+    };
+    std::vector<T> red;  // the expected reduction, element by element
+    if (reduction && o_.check) {
+      red.resize(total);
+      for (std::size_t i = 0; i < total; ++i) red[i] = reduced_value<T>(o_.op, n_, i);
+    }
+    const std::size_t blk = count;
+
+    switch (c) {
+      case collective::all_reduce:
+        with_op(o_.op, [&](auto op) {
+          res.out_of_place = measure([&] { for (std::size_t i = 0; i < count; ++i) a[i] = in(r_, i);
+                                           fill(b, count, sentinel<T>()); },
+                                     [&] { c_.all_reduce(view<const T>(a, count), view<T>(b, count), op); },
+                                     [&] { return count_wrong(b, count, [&](std::size_t i) { return red[i]; }); });
+          res.in_place = measure([&] { for (std::size_t i = 0; i < count; ++i) b[i] = in(r_, i); },
+                                 [&] { c_.all_reduce(view<T>(b, count), op); },
+                                 [&] { return count_wrong(b, count, [&](std::size_t i) { return red[i]; }); });
+        });
+        break;
+      case collective::reduce:  // no out-of-place form in tutti
+        with_op(o_.op, [&](auto op) {
+          res.in_place = measure([&] { for (std::size_t i = 0; i < count; ++i) b[i] = in(r_, i); },
+                                 [&] { c_.reduce(view<T>(b, count), root, op); },
+                                 [&] {
+                                   // non-roots' buffers are left as they were
+                                   return count_wrong(b, count, [&](std::size_t i) { return r_ == root ? red[i] : in(r_, i); });
+                                 });
+        });
+        break;
+      case collective::reduce_scatter:  // in and out may not overlap: no in-place form
+        with_op(o_.op, [&](auto op) {
+          res.out_of_place = measure([&] { for (std::size_t i = 0; i < total; ++i) a[i] = in(r_, i);
+                                           fill(b, blk, sentinel<T>()); },
+                                     [&] { c_.reduce_scatter(view<const T>(a, total), view<T>(b, blk), op); },
+                                     [&] { return count_wrong(b, blk, [&](std::size_t i) { return red[me * blk + i]; }); });
+        });
+        break;
+      case collective::broadcast:  // in place only
+        res.in_place = measure([&] { for (std::size_t i = 0; i < count; ++i) b[i] = r_ == root ? in(root, i) : sentinel<T>(); },
+                               [&] { c_.broadcast(view<T>(b, count), root); },
+                               [&] { return count_wrong(b, count, [&](std::size_t i) { return in(root, i); }); });
+        break;
+      case collective::gather:
+      case collective::all_gather: {
+        const bool all = c == collective::all_gather;
+        auto call = [&](const T* src) {
+          if (all) c_.all_gather(view<const T>(src, blk), view<T>(b, total));
+          else c_.gather(view<const T>(src, blk), view<T>(b, total), root);
+        };
+        auto verify = [&] {
+          if (!all && r_ != root) return 0LL;
+          return count_wrong(b, total, [&](std::size_t k) { return in(static_cast<long long>(k / blk), k % blk); });
+        };
+        res.out_of_place = measure([&] { for (std::size_t i = 0; i < blk; ++i) a[i] = in(r_, i);
+                                         fill(b, total, sentinel<T>()); },
+                                   [&] { call(a); }, verify);
+        res.in_place = measure([&] { fill(b, total, sentinel<T>());
+                                     for (std::size_t i = 0; i < blk; ++i) b[me * blk + i] = in(r_, i); },
+                               [&] { call(b + me * blk); }, verify);
+        break;
+      }
+      case collective::scatter: {
+        auto fill_in = [&](T* p) {
+          for (std::size_t k = 0; k < total; ++k) p[k] = r_ == root ? in(static_cast<long long>(k / blk), k % blk) : sentinel<T>();
+        };
+        res.out_of_place = measure([&] { fill_in(a); fill(b, blk, sentinel<T>()); },
+                                   [&] { c_.scatter(view<const T>(a, total), view<T>(b, blk), root); },
+                                   [&] { return count_wrong(b, blk, [&](std::size_t i) { return in(r_, i); }); });
+        res.in_place = measure([&] { fill_in(b); },
+                               [&] { c_.scatter(view<const T>(b, total), view<T>(b + me * blk, blk), root); },
+                               [&] { return count_wrong(b + me * blk, blk, [&](std::size_t i) { return in(r_, i); }); });
+        break;
+      }
+      case collective::all_to_all: {  // in and out may not overlap: no in-place form
+        // block j of rank i's input: values of (i, j), so a block in the wrong place shows
+        auto pair = [&](std::size_t from, std::size_t to_rank) { return static_cast<long long>(from * n + to_rank); };
+        res.out_of_place = measure([&] { for (std::size_t k = 0; k < total; ++k) a[k] = in(pair(me, k / blk), k % blk);
+                                         fill(b, total, sentinel<T>()); },
+                                   [&] { c_.all_to_all(view<const T>(a, total), view<T>(b, total)); },
+                                   [&] { return count_wrong(b, total, [&](std::size_t k) { return in(pair(k / blk, me), k % blk); }); });
+        break;
+      }
+      default: break;
+    }
+    return res;
+  }
+
+  /// Warm-up, a barrier, the timed loop; then (with -c 1) one more call on fresh inputs, checked.
+  template <class Fill, class Call, class Verify>
+  measurement measure(Fill&& fill, Call&& call, Verify&& verify) {
+    using clock = std::chrono::steady_clock;
+    measurement m;
+    m.present = true;
+    fill();
+    int iters = o_.iters;
+    if (iters == 0) {  // calibrated, as bench/allreduce_sweep.hpp's -c 1: from the warm-up's pace
+      call();          // the first call may set things up: not timed
+      const int w = std::max(o_.warmup, 1);
+      const auto t0 = clock::now();
+      for (int i = 0; i < w; ++i) call();
+      const double us = std::chrono::duration<double, std::micro>(clock::now() - t0).count() / w;
+      iters = iterations_measured(max_over_ranks(us), o_.seconds_per_size);
+    } else {
+      for (int i = 0; i < o_.warmup; ++i) call();
+    }
+    c_.barrier();
+    const auto t0 = clock::now();
+    for (int i = 0; i < iters; ++i) call();
+    const double mean = std::chrono::duration<double, std::micro>(clock::now() - t0).count() / iters;
+    m.iters = iters;
+    // the slowest rank's mean is the time (nccl-tests); the fastest's and the average for --osu
+    double t[2] = {mean, -mean}, sum = mean;
+    c_.all_reduce(tutti::view<double>(t, 2), tutti::op::max{});
+    c_.all_reduce(tutti::view<double>(&sum, 1), tutti::op::sum{});
+    m.time_us = t[0];
+    m.min_us = -t[1];
+    m.avg_us = sum / n_;
+    if (o_.check) {
+      fill();
+      call();
+      long long w = verify();
+      c_.all_reduce(tutti::view<long long>(&w, 1), tutti::op::sum{});
+      m.wrong = w;
+    }
+    return m;
+  }
+
+  double max_over_ranks(double x) {
+    c_.all_reduce(tutti::view<double>(&x, 1), tutti::op::max{});
+    return x;
+  }
+
+  Comm& c_;
+  const options& o_;
+  report* rep_;
+  int n_, r_;
+  // Buffers, kept across sizes and grown as they grow: the page faults happen in the warm-up.
+  // Cache-line aligned storage, viewed as T.
+  struct alignas(64) cell {
+    unsigned char b[64];
+  };
+  struct storage {
+    std::vector<cell> v;
+    void reserve(std::size_t bytes) {
+      bytes = std::max<std::size_t>(bytes, sizeof(cell));  // never a null pointer, even at count 0
+      if (v.size() * sizeof(cell) < bytes) v.assign((bytes + sizeof(cell) - 1) / sizeof(cell), cell{});
+    }
+    void* data() { return v.data(); }
+  };
+  storage a_, b_;
+};
+
+/// Runs the benchmark on every rank of `comm`: runner plus the report on rank 0.
+template <class Comm>
+long long run_on(Comm& comm, const options& o, report* rep) {
+  return runner<Comm>(comm, o, comm.rank() == 0 ? rep : nullptr).run();
+}
+
+/// One rank per process over `Transport` (shm, tcp, mpi): joins the job the environment
+/// describes, runs, and returns the exit status (0; 1 when a result was wrong).
+template <class Transport>
+int run_process(const options& o) {
+  auto comm = tutti::communicator<Transport>::from_env();
+  std::optional<report> rep;
+  if (comm.rank() == 0) rep.emplace(o, comm.size(), 1);
+  const long long wrong = run_on(comm, o, rep ? &*rep : nullptr);
+  if (rep) rep->finish();
+  return wrong == 0 ? 0 : 1;
+}
+
+// Entry points, one per transport (over_*.cpp). Each joins the job, runs, and returns the process
+// exit status (0; 1 when a result was wrong).
+int run_threads(const options& o);
+int run_shm(const options& o);
+int run_tcp(const options& o);
+int run_mpi(const options& o);
+
+}  // namespace tutti_bench

@@ -1,0 +1,590 @@
+// tutti-bench: nccl-tests-style benchmark of tutti's collectives, over shm, tcp, threads or MPI.
+//
+//   tutti-bench --transport shm --np 4 --collective all_reduce -b 8 -e 64M -f 2 -c 1
+//
+// Without a launcher in the environment it starts itself through `tuttirun --nproc-per-node=N`
+// (the tuttirun next to this program, else the one on PATH); under tuttirun, torchrun, mpirun or
+// srun it is one rank of their job. `--transport threads` runs N threads in this process.
+// Rank 0 prints nccl-tests' table (or OSU's with --osu) and writes --csv / --json.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "bench.hpp"
+
+namespace tutti_bench {
+
+namespace {
+
+constexpr const char* usage_text = R"(usage: tutti-bench [flags]
+
+nccl-tests-style benchmark of tutti's collectives. Rank 0 prints one row per size:
+size, count, type, redop, root, then time (us), algbw and busbw (GB/s) and #wrong, out of place
+and in place (N/A where tutti's call has no such form: broadcast and reduce are in place only,
+all_to_all and reduce_scatter out of place only).
+
+  -b, --minbytes SIZE      smallest size (default 8); suffixes K, M, G (powers of 1024)
+  -e, --maxbytes SIZE      largest size (default 32M)
+  -f, --stepfactor F       multiply the size by F each step (default 2)
+  -n, --iters N            timed iterations per size (default 20); 0: as many as fill
+                           --time-per-size seconds at the pace of the warm-up
+  -w, --warmup_iters N     untimed iterations before (default 5)
+  -c, --check 0|1          check every result after the timed loop (default 1)
+  -d, --datatype T         float, double, int32, int64, uint8, half (float16), bfloat16
+  -o, --op OP              sum, prod, min, max, avg (reduce, all_reduce, reduce_scatter)
+  -r, --root R             root of broadcast, reduce, gather, scatter (default 0)
+  --collective C           broadcast, reduce, all_reduce, gather, all_gather, scatter,
+                           all_to_all, reduce_scatter, barrier, a comma-separated list, or all
+  --transport T            shm (default), tcp, threads, mpi (when built with MPI)
+  --algo A                 automatic (default), ring, tree, recursive_doubling, direct,
+                           shared_memory (shm), native (mpi)
+  --np N                   ranks: starts tuttirun --nproc-per-node=N (threads: N threads);
+                           under a launcher, must equal its world size
+  --csv FILE               one row per size and placement ('-': stdout, and no table):
+                           library,collective,transport,algorithm,np,dtype,op,root,bytes,count,
+                           in_place,time_us,algbw_GBps,busbw_GBps,wrong (wrong -1: unchecked)
+  --json FILE              {"meta": {...}, "results": [the same fields]} ('-': stdout)
+  --osu                    OSU-style tables (Size, Avg/Min/Max Latency(us), Iterations)
+  --time-per-size S        with -n 0: seconds per size (default 0.25)
+  --progress               progress line on stderr even when it is not a terminal
+  --tune                   reserved for the tuner (not in this build)
+  -h, --help               this text
+
+Time is the slowest rank's mean time per call; busbw = algbw x the nccl-tests factor
+(all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all, gather, scatter (n-1)/n;
+broadcast, reduce 1). Exit status: 0, 1 (an error or a wrong result), 2 (bad flags).
+)";
+
+struct usage_error_exit : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::size_t parse_size(std::string_view flag, std::string_view v) {
+  std::string s(v);
+  char* end = nullptr;
+  errno = 0;
+  const double x = std::strtod(s.c_str(), &end);
+  std::string_view rest(end);
+  double mult = 1;
+  if (!rest.empty()) {
+    switch (rest.front()) {
+      case 'k': case 'K': mult = 1024.0; break;
+      case 'm': case 'M': mult = 1024.0 * 1024; break;
+      case 'g': case 'G': mult = 1024.0 * 1024 * 1024; break;
+      case 'b': case 'B': break;
+      default: mult = 0;
+    }
+    if (mult != 0 && rest.front() != 'b' && rest.front() != 'B') rest.remove_prefix(1);
+    if (rest == "iB" || rest == "B" || rest == "b") rest = {};
+  }
+  if (s.empty() || end == s.c_str() || errno || mult == 0 || !rest.empty() || !(x >= 0) || x * mult > 1e15)
+    throw usage_error_exit(std::string(flag) + " " + s + ": expected a size in bytes, like 8, 64K, 32M or 1G");
+  return static_cast<std::size_t>(x * mult);
+}
+
+long parse_int(std::string_view flag, std::string_view v, long lo, long hi) {
+  std::string s(v);
+  char* end = nullptr;
+  errno = 0;
+  const long x = std::strtol(s.c_str(), &end, 10);
+  if (s.empty() || *end || errno || x < lo || x > hi)
+    throw usage_error_exit(std::string(flag) + " " + s + ": expected an integer in " + std::to_string(lo) + ".." +
+                           std::to_string(hi));
+  return x;
+}
+
+std::optional<tutti::collective> collective_named(std::string_view n) {
+  for (int i = 0; i < 9; ++i)
+    if (tutti::collective_name(static_cast<tutti::collective>(i)) == n) return static_cast<tutti::collective>(i);
+  if (n == "allreduce") return tutti::collective::all_reduce;
+  if (n == "allgather") return tutti::collective::all_gather;
+  if (n == "alltoall") return tutti::collective::all_to_all;
+  if (n == "reducescatter") return tutti::collective::reduce_scatter;
+  return std::nullopt;
+}
+
+bool transport_built(transport_kind t) {
+#ifndef TUTTI_BENCH_HAVE_TCP
+  if (t == transport_kind::tcp) return false;
+#endif
+#ifndef TUTTI_BENCH_HAVE_MPI
+  if (t == transport_kind::mpi) return false;
+#endif
+  (void)t;
+  return true;
+}
+
+struct parsed {
+  options o;
+  bool collectives_all = false;
+  bool help = false;
+};
+
+parsed parse_command_line(int argc, char** argv) {
+  parsed p;
+  options& o = p.o;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i], value;
+    bool inline_value = false;
+    if (flag.starts_with("--") && flag.find('=') != std::string::npos) {
+      value = flag.substr(flag.find('=') + 1);
+      flag = flag.substr(0, flag.find('='));
+      inline_value = true;
+    }
+    auto next = [&]() -> std::string {
+      if (inline_value) return value;
+      if (i + 1 >= argc) throw usage_error_exit(flag + " needs a value");
+      return argv[++i];
+    };
+    auto no_value = [&] {
+      if (inline_value) throw usage_error_exit(flag + " takes no value");
+    };
+    if (flag == "-h" || flag == "--help") no_value(), p.help = true;
+    else if (flag == "-b" || flag == "--minbytes") o.min_bytes = parse_size(flag, next());
+    else if (flag == "-e" || flag == "--maxbytes") o.max_bytes = parse_size(flag, next());
+    else if (flag == "-f" || flag == "--stepfactor") o.factor = static_cast<std::size_t>(parse_int(flag, next(), 1, 1 << 20));
+    else if (flag == "-n" || flag == "--iters") o.iters = static_cast<int>(parse_int(flag, next(), 0, 100000000));
+    else if (flag == "-w" || flag == "--warmup_iters") o.warmup = static_cast<int>(parse_int(flag, next(), 0, 100000000));
+    else if (flag == "-c" || flag == "--check") o.check = parse_int(flag, next(), 0, 1) != 0;
+    else if (flag == "-r" || flag == "--root") o.root = static_cast<int>(parse_int(flag, next(), 0, 1 << 20));
+    else if (flag == "--np") o.np = static_cast<int>(parse_int(flag, next(), 1, 4096));
+    else if (flag == "--json") o.json_path = next();
+    else if (flag == "--csv") o.csv_path = next();
+    else if (flag == "--osu") no_value(), o.osu = true;
+    else if (flag == "--progress") no_value(), o.progress = true;
+    else if (flag == "--time-per-size") {
+      const std::string v = next();
+      char* end = nullptr;
+      o.seconds_per_size = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end || !(o.seconds_per_size > 0) || o.seconds_per_size > 3600)
+        throw usage_error_exit("--time-per-size " + v + ": expected seconds, like 0.25");
+    } else if (flag == "--tune") {
+      // Hook for the tuner (issue 5): it would sweep --algo per collective and size and print
+      // a TUTTI_ALGO value. Not part of this build; the flag is reserved so that it is not
+      // mistaken for something else.
+      throw usage_error_exit("--tune is not implemented in this build of tutti-bench");
+    } else if (flag == "-d" || flag == "--datatype") {
+      const std::string v = next();
+      if (v == "float" || v == "float32") o.dtype = dtype_kind::f32;
+      else if (v == "double" || v == "float64") o.dtype = dtype_kind::f64;
+      else if (v == "int32") o.dtype = dtype_kind::i32;
+      else if (v == "int64") o.dtype = dtype_kind::i64;
+      else if (v == "uint8") o.dtype = dtype_kind::u8;
+      else if (v == "half" || v == "float16") o.dtype = dtype_kind::f16;
+      else if (v == "bfloat16") o.dtype = dtype_kind::bf16;
+      else throw usage_error_exit("-d " + v + ": unknown type (float, double, int32, int64, uint8, half/float16, bfloat16)");
+    } else if (flag == "-o" || flag == "--op") {
+      const std::string v = next();
+      if (v == "sum") o.op = op_kind::sum;
+      else if (v == "prod") o.op = op_kind::prod;
+      else if (v == "min") o.op = op_kind::min;
+      else if (v == "max") o.op = op_kind::max;
+      else if (v == "avg") o.op = op_kind::avg;
+      else throw usage_error_exit("-o " + v + ": unknown op (sum, prod, min, max, avg)");
+    } else if (flag == "--collective") {
+      const std::string v = next();
+      o.collectives.clear();
+      p.collectives_all = v == "all";
+      if (p.collectives_all) {
+        for (int c = 0; c < 9; ++c) o.collectives.push_back(static_cast<tutti::collective>(c));
+      } else {
+        std::string_view rest = v;
+        while (true) {
+          const auto comma = rest.find(',');
+          const auto name = rest.substr(0, comma);
+          const auto c = collective_named(name);
+          if (!c)
+            throw usage_error_exit("--collective " + std::string(name) +
+                                   ": unknown collective (broadcast, reduce, all_reduce, gather, all_gather, scatter, "
+                                   "all_to_all, reduce_scatter, barrier or all)");
+          o.collectives.push_back(*c);
+          if (comma == std::string_view::npos) break;
+          rest.remove_prefix(comma + 1);
+        }
+      }
+    } else if (flag == "--transport") {
+      const std::string v = next();
+      if (v == "shm") o.transport = transport_kind::shm;
+      else if (v == "tcp") o.transport = transport_kind::tcp;
+      else if (v == "threads" || v == "inproc") o.transport = transport_kind::threads;
+      else if (v == "mpi") o.transport = transport_kind::mpi;
+      else throw usage_error_exit("--transport " + v + ": unknown transport (shm, tcp, threads, mpi)");
+      if (!transport_built(o.transport))
+        throw usage_error_exit("--transport " + v + ": this tutti-bench was built without it (" +
+                               (v == "tcp" ? "Asio, Debian libasio-dev, was not found" : "no MPI was found") + ")");
+    } else if (flag == "--algo") {
+      o.algo = next();
+      bool known = o.algo == "automatic";
+      for (int a = 0; a < 6; ++a)
+        known = known || tutti::algo::automatic::choice_name(static_cast<tutti::algo::automatic::choice>(a)) == o.algo;
+      if (!known)
+        throw usage_error_exit("--algo " + o.algo +
+                               ": unknown algorithm (automatic, ring, tree, recursive_doubling, direct, shared_memory, native)");
+    } else {
+      throw usage_error_exit("unknown flag " + flag);
+    }
+  }
+  if (p.help) return p;
+  if (o.min_bytes > o.max_bytes)
+    throw usage_error_exit("-b " + std::to_string(o.min_bytes) + " is larger than -e " + std::to_string(o.max_bytes));
+  if (o.factor < 2 && o.min_bytes != o.max_bytes)
+    throw usage_error_exit("-f " + std::to_string(o.factor) + ": the step factor must be at least 2 (or -b equal to -e)");
+  if (o.np && o.root >= o.np)
+    throw usage_error_exit("-r " + std::to_string(o.root) + " is not a rank of --np " + std::to_string(o.np));
+  if (o.algo == "shared_memory" && o.transport != transport_kind::shm)
+    throw usage_error_exit("--algo shared_memory needs --transport shm (shared windows); " +
+                           std::string(transport_name(o.transport)) + " has none");
+  if (o.algo == "native" && o.transport != transport_kind::mpi)
+    throw usage_error_exit("--algo native needs --transport mpi (MPI's own collectives); " +
+                           std::string(transport_name(o.transport)) + " has none");
+  if (!p.collectives_all)
+    for (auto c : o.collectives)
+      if (!algo_supports(o, c))
+        throw usage_error_exit("--algo " + o.algo + " has no " + std::string(tutti::collective_name(c)) +
+                               " schedule (see the table in README.md); pick another --algo, or automatic");
+  if (o.csv_path == "-" && o.json_path == "-") throw usage_error_exit("--csv - and --json - both ask for stdout");
+  return p;
+}
+
+bool launcher_in_environment() {
+  for (const char* v : {"TUTTI_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"})
+    if (const char* s = std::getenv(v); s && *s) return true;
+  return false;
+}
+
+/// Re-runs this program under `tuttirun --no-prefix --nproc-per-node=N`; returns only on failure.
+[[noreturn]] void launch_self(int np, int argc, char** argv) {
+  std::string self(4096, '\0');
+  const ssize_t k = ::readlink("/proc/self/exe", self.data(), self.size() - 1);
+  if (k <= 0) throw std::runtime_error(std::string("cannot find this program (/proc/self/exe): ") + std::strerror(errno));
+  self.resize(static_cast<std::size_t>(k));
+  std::string launcher = self.substr(0, self.rfind('/') + 1) + "tuttirun";
+  if (::access(launcher.c_str(), X_OK) != 0) launcher = "tuttirun";  // from PATH
+  std::vector<std::string> args = {launcher, "--no-prefix", "--nproc-per-node=" + std::to_string(np), self};
+  for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
+  std::vector<char*> cargs;
+  for (auto& a : args) cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  std::fflush(nullptr);
+  ::execvp(launcher.c_str(), cargs.data());
+  throw std::runtime_error("cannot start " + launcher + " (" + std::strerror(errno) +
+                           "): put tuttirun next to tutti-bench or on PATH, or run tutti-bench under a launcher");
+}
+
+}  // namespace
+
+const char* dtype_name(dtype_kind d) {
+  constexpr const char* n[] = {"float", "double", "int32", "int64", "uint8", "float16", "bfloat16"};
+  return n[static_cast<int>(d)];
+}
+const char* op_name(op_kind o) {
+  constexpr const char* n[] = {"sum", "prod", "min", "max", "avg"};
+  return n[static_cast<int>(o)];
+}
+const char* transport_name(transport_kind t) {
+  constexpr const char* n[] = {"shm", "tcp", "threads", "mpi"};
+  return n[static_cast<int>(t)];
+}
+
+bool algo_supports(const options& o, tutti::collective c) {
+  using A = tutti::algo::automatic;
+  if (o.algo == "automatic") return true;
+  for (int a = 0; a < 6; ++a) {
+    const auto ch = static_cast<A::choice>(a);
+    if (A::choice_name(ch) != o.algo) continue;
+    if (ch == A::choice::shared_memory) return o.transport == transport_kind::shm;
+    if (ch == A::choice::native) return o.transport == transport_kind::mpi;
+    return A::supports(ch, c);
+  }
+  return false;
+}
+
+// ---- the report -------------------------------------------------------------------------------
+
+namespace {
+std::string human_bytes(std::size_t b) {
+  const char* unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  double x = static_cast<double>(b);
+  while (x >= 1024 && u < 4) x /= 1024, ++u;
+  char s[32];
+  std::snprintf(s, sizeof s, x == std::floor(x) ? "%.0f %s" : "%.1f %s", x, unit[u]);
+  return s;
+}
+std::string json_string(std::string_view s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') out += '\\', out += ch;
+    else if (static_cast<unsigned char>(ch) < 0x20) {
+      char e[8];
+      std::snprintf(e, sizeof e, "\\u%04x", ch);
+      out += e;
+    } else out += ch;
+  }
+  return out + "\"";
+}
+}  // namespace
+
+struct report::impl {
+  const options& o;
+  int np, threads;
+  std::FILE* table = stdout;  // nullptr: --csv - or --json - took stdout
+  std::FILE* csv = nullptr;
+  std::string json_rows;
+  double busbw_sum = 0;
+  int busbw_rows = 0;
+  long long wrong = 0;
+  bool progress_shown = false;
+  bool tty = ::isatty(2) != 0;
+
+  impl(const options& opt, int n, int t) : o(opt), np(n), threads(t) {}
+
+  std::string algo_label() const {
+    if (o.algo != "automatic") return o.algo;
+    const char* env = std::getenv("TUTTI_ALGO");
+    return env && *env ? std::string("automatic (TUTTI_ALGO=") + env + ")" : "automatic";
+  }
+  void clear_progress() {
+    if (progress_shown && tty) std::fprintf(stderr, "\r%60s\r", "");
+    progress_shown = false;
+  }
+  void csv_row(const size_result& r, const measurement& m, bool in_place, double algbw, double busbw) {
+    char line[512];
+    std::snprintf(line, sizeof line, "tutti,%s,%s,%s,%d,%s,%s,%d,%zu,%zu,%d,%.3f,%.4f,%.4f,%lld",
+                  std::string(tutti::collective_name(r.coll)).c_str(), transport_name(o.transport), o.algo.c_str(), np,
+                  dtype_name(o.dtype), r.uses_op ? op_name(o.op) : "none", r.root, r.bytes, r.count, in_place ? 1 : 0,
+                  m.time_us, algbw, busbw, m.wrong);
+    if (csv) std::fprintf(csv, "%s\n", line), std::fflush(csv);
+    if (!o.json_path.empty()) {
+      char j[768];
+      std::snprintf(j, sizeof j,
+                    "%s    {\"library\": \"tutti\", \"collective\": \"%s\", \"transport\": \"%s\", \"algorithm\": %s, "
+                    "\"np\": %d, \"dtype\": \"%s\", \"op\": \"%s\", \"root\": %d, \"bytes\": %zu, \"count\": %zu, "
+                    "\"in_place\": %d, \"time_us\": %.3f, \"algbw_GBps\": %.4f, \"busbw_GBps\": %.4f, \"wrong\": %lld, "
+                    "\"iters\": %d, \"min_us\": %.3f, \"avg_us\": %.3f}",
+                    json_rows.empty() ? "" : ",\n", std::string(tutti::collective_name(r.coll)).c_str(),
+                    transport_name(o.transport), json_string(o.algo).c_str(), np, dtype_name(o.dtype),
+                    r.uses_op ? op_name(o.op) : "none", r.root, r.bytes, r.count, in_place ? 1 : 0, m.time_us, algbw,
+                    busbw, m.wrong, m.iters, m.min_us, m.avg_us);
+      json_rows += j;
+    }
+  }
+};
+
+report::report(const options& o, int np, int threads) : p_(new impl(o, np, threads)) {
+  if (o.csv_path == "-" || o.json_path == "-") p_->table = nullptr;
+  if (!o.csv_path.empty()) {
+    p_->csv = o.csv_path == "-" ? stdout : std::fopen(o.csv_path.c_str(), "w");
+    if (!p_->csv) throw std::runtime_error("--csv " + o.csv_path + ": " + std::strerror(errno));
+    std::fprintf(p_->csv, "library,collective,transport,algorithm,np,dtype,op,root,bytes,count,in_place,time_us,"
+                          "algbw_GBps,busbw_GBps,wrong\n");
+  }
+  if (std::FILE* t = p_->table) {
+    char host[256] = "?";
+    ::gethostname(host, sizeof host - 1);
+    std::fprintf(t, "# tutti-bench: transport %s, algorithm %s, np %d (%s)\n", transport_name(o.transport),
+                 p_->algo_label().c_str(), np,
+                 o.transport == transport_kind::threads ? "threads of one process" : "one process per rank");
+    std::fprintf(t, "# nThread %d nProcs %d minBytes %zu maxBytes %zu step: %zu(factor) warmup iters: %d iters: %d%s "
+                    "validation: %d\n",
+                 threads, o.transport == transport_kind::threads ? 1 : np, o.min_bytes, o.max_bytes, o.factor, o.warmup,
+                 o.iters, o.iters == 0 ? " (calibrated)" : "", o.check ? 1 : 0);
+    std::fprintf(t, "# Host %s, %u cores\n#\n", host, std::thread::hardware_concurrency());
+    std::fflush(t);
+  }
+}
+
+report::~report() {
+  if (p_->csv && p_->csv != stdout) std::fclose(p_->csv);
+  delete p_;
+}
+
+void report::begin(tutti::collective c) {
+  std::FILE* t = p_->table;
+  p_->busbw_sum = 0;
+  p_->busbw_rows = 0;
+  if (!t) return;
+  p_->clear_progress();
+  const std::string name(tutti::collective_name(c));
+  if (p_->o.osu) {
+    std::fprintf(t, "# OSU-style %s latency: tutti %s, %s, %d ranks, %s\n", name.c_str(), transport_name(p_->o.transport),
+                 p_->algo_label().c_str(), p_->np, dtype_name(p_->o.dtype));
+    std::fprintf(t, "%-10s%18s%18s%18s%12s\n", "# Size", "Avg Latency(us)", "Min Latency(us)", "Max Latency(us)",
+                 "Iterations");
+  } else {
+    std::fprintf(t, "# Collective: %s\n", name.c_str());
+    std::fprintf(t, "#%74s%32s\n", "out-of-place", "in-place");
+    std::fprintf(t, "#%11s  %12s  %8s  %6s  %6s  %8s  %6s  %6s  %6s  %8s  %6s  %6s  %6s\n", "size", "count", "type",
+                 "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
+    std::fprintf(t, "#%11s  %12s  %8s  %6s  %6s  %8s  %6s  %6s  %6s  %8s  %6s  %6s  %6s\n", "(B)", "(elements)", "", "",
+                 "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+  }
+  std::fflush(t);
+}
+
+void report::add(const size_result& r) {
+  const double factor = bus_factor(r.coll, p_->np);
+  auto bw = [&](const measurement& m) { return m.time_us > 0 ? static_cast<double>(r.bytes) / (m.time_us * 1e3) : 0.0; };
+  for (const auto* m : {&r.out_of_place, &r.in_place}) {
+    if (!m->present) continue;
+    p_->csv_row(r, *m, m == &r.in_place, bw(*m), bw(*m) * factor);
+    p_->busbw_sum += bw(*m) * factor;
+    ++p_->busbw_rows;
+    if (m->wrong > 0) p_->wrong += m->wrong;
+  }
+  std::FILE* t = p_->table;
+  if (!t) return;
+  p_->clear_progress();
+  if (p_->o.osu) {
+    const measurement& m = r.out_of_place.present ? r.out_of_place : r.in_place;
+    std::fprintf(t, "%-10zu%18.2f%18.2f%18.2f%12d\n", r.bytes, m.avg_us, m.min_us, m.time_us, m.iters);
+  } else {
+    std::fprintf(t, " %11zu  %12zu  %8s  %6s  %6d", r.bytes, r.count, dtype_name(p_->o.dtype),
+                 r.uses_op ? op_name(p_->o.op) : "none", r.root);
+    for (const auto* m : {&r.out_of_place, &r.in_place}) {
+      if (!m->present) {
+        std::fprintf(t, "  %8s  %6s  %6s  %6s", "N/A", "N/A", "N/A", "N/A");
+        continue;
+      }
+      char wrong[24] = "N/A";
+      if (m->wrong >= 0) std::snprintf(wrong, sizeof wrong, "%lld", m->wrong);
+      std::fprintf(t, "  %8.2f  %6.2f  %6.2f  %6s", m->time_us, bw(*m), bw(*m) * factor, wrong);
+    }
+    std::fprintf(t, "\n");
+  }
+  std::fflush(t);
+}
+
+void report::note(const std::string& text) {
+  p_->clear_progress();
+  if (p_->table) std::fprintf(p_->table, "# %s\n", text.c_str()), std::fflush(p_->table);
+  std::fprintf(stderr, "tutti-bench: %s\n", text.c_str());
+}
+
+void report::end(tutti::collective) {
+  if (std::FILE* t = p_->table) {
+    p_->clear_progress();
+    if (!p_->o.osu)
+      std::fprintf(t, "# Avg bus bandwidth    : %g\n#\n", p_->busbw_rows ? p_->busbw_sum / p_->busbw_rows : 0.0);
+    else
+      std::fprintf(t, "#\n");
+    std::fflush(t);
+  }
+}
+
+void report::progress(tutti::collective c, std::size_t bytes, int step, int steps) {
+  if (!p_->tty && !p_->o.progress) return;
+  std::fprintf(stderr, "%s[tutti-bench] %s %s (%d/%d)%s", p_->tty ? "\r" : "",
+               std::string(tutti::collective_name(c)).c_str(), human_bytes(bytes).c_str(), step, steps,
+               p_->tty ? "    " : "\n");
+  std::fflush(stderr);
+  p_->progress_shown = true;
+}
+
+long long report::finish() {
+  p_->clear_progress();
+  const options& o = p_->o;
+  if (std::FILE* t = p_->table) {
+    if (o.check)
+      std::fprintf(t, "# Out of bounds values : %lld %s\n", p_->wrong, p_->wrong == 0 ? "OK" : "FAILED");
+    std::fflush(t);
+  }
+  if (!o.json_path.empty()) {
+    std::FILE* j = o.json_path == "-" ? stdout : std::fopen(o.json_path.c_str(), "w");
+    if (!j) throw std::runtime_error("--json " + o.json_path + ": " + std::strerror(errno));
+    char host[256] = "?";
+    ::gethostname(host, sizeof host - 1);
+    char date[64];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    std::fprintf(j,
+                 "{\n  \"meta\": {\"library\": \"tutti\", \"host\": %s, \"cores\": %u, \"date\": \"%s\", "
+                 "\"command_line\": %s, \"transport\": \"%s\", \"algorithm\": %s, \"np\": %d, \"threads\": %d, "
+                 "\"dtype\": \"%s\", \"op\": \"%s\", \"iters\": %d, \"warmup\": %d, \"check\": %d, \"wrong\": %lld},\n"
+                 "  \"results\": [\n%s\n  ]\n}\n",
+                 json_string(host).c_str(), std::thread::hardware_concurrency(), date,
+                 json_string(o.command_line).c_str(), transport_name(o.transport), json_string(o.algo).c_str(),
+                 p_->np, p_->threads, dtype_name(o.dtype), op_name(o.op), o.iters, o.warmup, o.check ? 1 : 0, p_->wrong,
+                 p_->json_rows.c_str());
+    if (j != stdout) std::fclose(j);
+    else std::fflush(j);
+  }
+  return p_->wrong;
+}
+
+}  // namespace tutti_bench
+
+int main(int argc, char** argv) {
+  using namespace tutti_bench;
+  parsed p;
+  try {
+    p = parse_command_line(argc, argv);
+  } catch (const usage_error_exit& e) {
+    std::fprintf(stderr, "tutti-bench: %s\n(tutti-bench --help lists the flags)\n", e.what());
+    return 2;
+  }
+  if (p.help) {
+    std::fputs(usage_text, stdout);
+    return 0;
+  }
+  options& o = p.o;
+  for (int i = 0; i < argc; ++i) {
+    if (i) o.command_line += ' ';
+    o.command_line += argv[i];
+  }
+  try {
+    // --algo X: every communicator of this process takes X through TUTTI_ALGO (one name: every
+    // collective X has a schedule for; the others were rejected or are skipped above).
+    if (o.algo != "automatic") ::setenv("TUTTI_ALGO", o.algo.c_str(), 1);
+    if (o.transport == transport_kind::threads) {
+      if (o.root >= std::max(o.np, 1)) {
+        std::fprintf(stderr, "tutti-bench: -r %d is not a rank of --np %d\n", o.root, std::max(o.np, 1));
+        return 2;
+      }
+      return run_threads(o);
+    }
+    if (!launcher_in_environment()) {
+      if (o.transport == transport_kind::mpi) {
+        std::fprintf(stderr, "tutti-bench: --transport mpi runs under MPI's launcher: mpirun -np %d %s ...\n",
+                     std::max(o.np, 2), argv[0]);
+        return 2;
+      }
+      launch_self(std::max(o.np, 1), argc, argv);
+    }
+    const tutti::job_env job = tutti::job_env::from_env();
+    if (o.np && o.np != job.world_size) {
+      std::fprintf(stderr, "tutti-bench: --np %d, but the launcher (%s) started %d ranks\n", o.np, job.source.c_str(),
+                   job.world_size);
+      return 2;
+    }
+    if (o.root >= job.world_size) {
+      std::fprintf(stderr, "tutti-bench: -r %d is not a rank of this job of %d\n", o.root, job.world_size);
+      return 2;
+    }
+    o.np = job.world_size;
+    switch (o.transport) {
+      case transport_kind::shm: return run_shm(o);
+#ifdef TUTTI_BENCH_HAVE_TCP
+      case transport_kind::tcp: return run_tcp(o);
+#endif
+#ifdef TUTTI_BENCH_HAVE_MPI
+      case transport_kind::mpi: return run_mpi(o);
+#endif
+      default: return 2;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tutti-bench: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,7 @@
+// tutti-bench over tutti::mpi: one rank per MPI process (mpirun, srun); tutti's algorithms over
+// MPI point to point, or MPI's own collectives with --algo native.
+#include <tutti/transport/mpi.hpp>
+
+#include "bench.hpp"
+
+int tutti_bench::run_mpi(const options& o) { return run_process<tutti::mpi>(o); }
