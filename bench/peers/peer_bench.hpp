@@ -422,7 +422,7 @@ class sweep {
     for (int placed = 0; placed < 2; ++placed) {
       const result& r = placed ? ip : oop;
       if (!r.ran) continue;
-      std::fprintf(csv_, "%s,%s,%s,%s,%d,%s,%s,%d,%zu,%zu,%d,%.3f,%.4f,%.4f,%ld\n", b_.library(),
+      std::fprintf(csv_, "%s,%s,%s,%s,%d,%s,%s,%d,%zu,%zu,%d,%.3f,%.6g,%.6g,%ld\n", b_.library(),
                    std::string(name(c)).c_str(), b_.transport(), algo.c_str(), np_, o_.dtype.c_str(), op_name(c), root,
                    s.bytes, s.count, placed, r.us, algbw(r.us), algbw(r.us) * s.bus, r.wrong);
     }
