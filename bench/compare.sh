@@ -13,7 +13,8 @@
 # by CMA as Open MPI defaults; retried with btl_vader_single_copy_mechanism none, and said so,
 # where CMA fails); tcp: Open MPI with --mca btl self,tcp on lo, and Gloo (always tcp).
 # Every run checks its results (-c 1); a size whose #wrong is not 0 is marked "!" and is never
-# anyone's best. --in-place 1 compares the in-place figures (default: out of place).
+# anyone's best. --in-place 0|1 picks the placement compared; by default the one tutti-bench has
+# (in place for broadcast and reduce, out of place for the others).
 # --tutti-csv FILE: take tutti's figures from a CSV tutti-bench wrote earlier instead of running it.
 # The tutti-bench binary: --tutti-bench, else the first tutti-bench under the build dir; without
 # one, the peers alone are compared (and the script says so).
@@ -24,7 +25,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 coll="" transport="" np="" build="$here/../build" tutti_bench="" tutti_csv="" out="$here/out"
-in_place=0 latency_max=65536
+in_place="" latency_max=65536
 sweep=()
 usage() { sed -n '8,10p' "$0" | sed 's/^# \{0,3\}//' >&2; exit 2; }
 while (($#)); do
@@ -50,6 +51,12 @@ case $coll in
 esac
 [[ $transport == shm || $transport == tcp ]] || { echo "compare.sh: --transport: shm or tcp (got '$transport')" >&2; exit 2; }
 [[ $np =~ ^[1-9][0-9]*$ ]] || { echo "compare.sh: --np: a positive integer (got '$np')" >&2; exit 2; }
+# the placement tutti-bench has for every collective: broadcast and reduce in place only,
+# all_to_all and reduce_scatter out of place only; out of place where it has both
+if [[ -z $in_place ]]; then
+  case $coll in broadcast | reduce) in_place=1 ;; *) in_place=0 ;; esac
+fi
+[[ $coll == barrier ]] && in_place=0
 [[ $in_place == 0 || $in_place == 1 ]] || { echo "compare.sh: --in-place: 0 or 1 (got '$in_place')" >&2; exit 2; }
 
 tuttirun=$build/tools/tuttirun
@@ -74,7 +81,9 @@ if [[ -n $tutti_csv ]]; then
   notes+=("tutti: figures from $tutti_csv (not run now)")
 elif [[ -n $tutti_bench && -x $tutti_bench ]]; then
   : >"$work/tutti.csv"
-  for algo in automatic ring tree recursive_doubling direct shared_memory native; do
+  algos=(automatic ring tree recursive_doubling direct)
+  [[ $transport == shm ]] && algos+=(shared_memory)  # native is tutti::mpi's, not compared here
+  for algo in "${algos[@]}"; do
     if "$tutti_bench" --collective "$coll" --transport "$transport" --algo "$algo" --np "$np" "${sweep[@]}" -c 1 \
       --csv "$work/t.$algo.csv" >"$work/t.$algo.log" 2>&1; then
       # the algorithm column says what was asked for (automatic stays automatic)
@@ -139,6 +148,7 @@ for n in "${notes[@]}"; do echo "# $n"; done
 # whose check failed (#wrong > 0), never counted as a best.
 awk -F, -v coll="$coll" -v ip="$in_place" -v lat_max="$latency_max" -v dir="$work" '
   NR == 1 || $2 != coll || $11 != ip { next }
+  $9 == 0 && coll != "barrier" { next }  # a size too small for one element per rank
   {
     s = $1 "/" $4
     if (!(s in seen)) { seen[s] = 1; series[++ns] = s; lib[s] = $1 }
