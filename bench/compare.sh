@@ -206,10 +206,10 @@ if command -v gnuplot >/dev/null && [[ -f $work/names ]]; then
   done <"$work/names"
   placement=$( ((in_place)) && echo "in place" || echo "out of place")
   {
-    echo "set terminal $term size 1400,560"
+    echo "set terminal $term noenhanced size 1400,560"
     echo "set output '$png'"
     echo "set multiplot layout 1,$([[ $coll == barrier ]] && echo 1 || echo 2) title '$coll over $transport, $np ranks, $placement ($(date -u +%F))'"
-    echo "set termoption noenhanced; set grid; set key below"
+    echo "set grid; set key below; set format y '%g'"
     if [[ $coll == barrier ]]; then  # no sizes: one point per library/algorithm
       echo "set logscale y 10; set xrange [0:$((i + 1))]; set xtics 1; set xlabel 'library/algorithm (see key)'"
       echo "set title 'barrier latency'; set ylabel 'time per call (us)'; plot $plots_bar"
