@@ -73,6 +73,9 @@ Options:
                       the ranks get to exit after SIGTERM before SIGKILL
                       (0-86400, fractions allowed; default 3)
   --no-prefix         do not prefix output lines with "[rank R] "
+  --keep-going        when a rank fails, name it but let the others run on (for
+                      programs that recover, e.g. with communicator::shrink());
+                      the exit status still reports the first failure
   -h, --help          print this help and exit
   --version           print the version and exit
 
@@ -98,7 +101,8 @@ is its own process group; its stdin is /dev/null if tuttirun's is a terminal.
 
 Signals: SIGINT, SIGTERM and SIGHUP are forwarded to every running rank's
 process group (SIGKILL follows after the grace period); a second SIGINT sends
-SIGKILL at once. Ranks are SIGKILLed if tuttirun dies.
+SIGKILL at once. SIGUSR1 is forwarded and nothing else: each rank with a tutti
+communicator prints its flight recorder (its last operations) and carries on. Ranks are SIGKILLed if tuttirun dies.
 
 When a rank fails (non-zero exit or killed by a signal), tuttirun names it on
 stderr, sends SIGTERM (and SIGCONT) to the other ranks, SIGKILL to those left
@@ -180,6 +184,7 @@ struct Options {
   std::optional<int> master_port;
   double grace_s = 3.0;
   bool prefix = true;
+  bool keep_going = false;
   std::vector<char*> program;  // argv of the ranks, null-terminated
 };
 
@@ -230,6 +235,7 @@ void apply_flag(Options& o, std::string_view arg, Next&& next) {
     o.master_addr = std::string(value());
     if (o.master_addr.empty()) throw UsageError("--master-addr: empty address");
   } else if (name == "--no-prefix") { no_value(); o.prefix = false; }
+  else if (name == "--keep-going") { no_value(); o.keep_going = true; }
   else if (name == "--help") { no_value(); print_and_exit(kHelp); }
   else if (name == "--version") { no_value(); print_and_exit("tuttirun (tutti) " TUTTI_VERSION "\n"); }
   else throw UsageError("unknown option '" + std::string(arg) + "'");
@@ -594,6 +600,11 @@ class Launcher {
   }
 
   void on_signal(int sig) {
+    if (sig == SIGUSR1) {  // "where is everybody": the ranks print their flight recorders
+      say("received SIGUSR1, forwarding it to the ranks");
+      signal_ranks(SIGUSR1);
+      return;
+    }
     if (sig == SIGINT && ++sigints_ >= 2) {
       say("second SIGINT: killing the ranks");
       signal_ranks(SIGKILL);
@@ -613,9 +624,9 @@ class Launcher {
       auto r = std::find_if(ranks_.begin(), ranks_.end(), [&](const Rank& x) { return x.pid == pid; });
       if (r == ranks_.end() || !(WIFEXITED(wstatus) || WIFSIGNALED(wstatus))) continue;
       r->running = false;
-      if (exit_code_of(wstatus) != 0 && !failure_ && !interrupted_) {
+      if (exit_code_of(wstatus) != 0 && !interrupted_ && (!failure_ || o_.keep_going)) {
         say("rank " + std::to_string(r->rank) + " (pid " + std::to_string(pid) + ") " + describe_exit(wstatus));
-        fail(exit_code_of(wstatus));
+        if (!failure_) fail(exit_code_of(wstatus));
       }
     }
     bool any_running = std::any_of(ranks_.begin(), ranks_.end(), [](const Rank& x) { return x.running; });
@@ -625,6 +636,10 @@ class Launcher {
   void fail(int exit_code) {
     failure_ = exit_code;
     if (std::none_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.running; })) return;
+    if (o_.keep_going) {
+      say("--keep-going: the other ranks run on");
+      return;
+    }
     say("stopping the other ranks");
     signal_ranks(SIGTERM);
     signal_ranks(SIGCONT);  // a stopped rank only acts on SIGTERM once continued
@@ -679,7 +694,7 @@ int setup_signals(sigset_t& child_mask, struct sigaction& child_sigpipe) {
 
   sigset_t set;
   sigemptyset(&set);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigaddset(&set, sig);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGUSR1}) sigaddset(&set, sig);
   ::sigprocmask(SIG_BLOCK, &set, &child_mask);
   int fd = ::signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
   if (fd < 0) throw LauncherError(errno_text("signalfd"));

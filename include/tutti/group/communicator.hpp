@@ -140,6 +140,19 @@ class communicator {
   /// Whether `abort()` was called on this communicator or its family.
   bool aborted() const noexcept { return aborted_->load(std::memory_order_acquire); }
 
+  /// After a failure (a lost rank, a timeout, an abort): a new communicator of the ranks still
+  /// alive, renumbered in their old order, with this one's algorithm and settings; this one stays
+  /// unusable. Every surviving rank of the world calls it; a rank that is alive but does not call
+  /// it within the timeout (stopped, hung) is left out. `kept`, when given, gets the old ranks of
+  /// the members in new rank order. On transports that can tell which processes are gone
+  /// (`tutti::shm`); elsewhere start a new job (a fresh rendezvous).
+  communicator shrink(std::vector<int>* kept = nullptr)
+    requires requires(const Transport& t) { { t.shrink(std::chrono::milliseconds{}, kept) } -> std::same_as<Transport>; }
+  {
+    if (context_ != 0) throw usage_error("shrink: call it on the world communicator, not on a group");
+    return communicator(t_.shrink(cfg_.timeout, kept), algo_, cfg_);
+  }
+
   /// This rank's flight recorder: its last operations on this communicator with their
   /// fingerprints, start times and outcomes, as printed on failure and on SIGUSR1.
   std::string flight_record(std::size_t max = detail::flight_capacity) const { return recorder_.text(max); }

@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
@@ -130,6 +131,9 @@ struct control {
   std::atomic<std::int32_t> probe_result;            // 0: read every peer; errno of the first failure; -1: off; -2: too few cores
   std::atomic<std::uint32_t> startup_step;           // start-up barrier
   std::atomic<std::int32_t> probe_peer;              // the peer the first failure was on
+  std::atomic<std::uint32_t> shrink_gen;             // shrink: how many times this rank entered it
+  std::atomic<std::uint32_t> shrink_decided;         // shrink: the generation whose members follow
+  std::atomic<std::uint64_t> shrink_members;         // shrink: bit r set: old rank r is in the new job
 };
 static_assert(sizeof(fingerprint) <= 48 && sizeof(control) == 8 * line);
 inline constexpr std::uint64_t probe_magic = 0x7475747469636d61ull;  // "tutticma"
@@ -181,6 +185,7 @@ struct segment {
   bool single_copy = false;                   // peers' inputs may be read with process_vm_readv
   std::string single_copy_note;               // why (not), for TUTTI_DEBUG=info
   std::vector<std::byte> staging[3];          // where single-copy reads land
+  std::string job_id;                         // this job's rendezvous name (shrink derives new ones)
 
   std::byte* arena_base = nullptr;  // the arenas' mapping (not pre-faulted)
   std::mutex arena_mu;
@@ -214,6 +219,16 @@ struct segment {
     }
   }
 
+  /// Whether world rank r's process is gone (it may have failed and still be alive otherwise).
+  bool exited(int world_r) const {
+    const auto r = static_cast<std::size_t>(world_r);
+    if (r < pidfds.size() && pidfds[r]) {
+      pollfd pf{pidfds[r].get(), POLLIN, 0};
+      return ::poll(&pf, 1, 0) > 0;
+    }
+    return r < pids.size() && pids[r] > 0 && ::kill(pids[r], 0) != 0 && errno == ESRCH;
+  }
+
   /// Empty when world rank r is alive; otherwise why it is not.
   std::string gone(int world_r) const {
     control& c = ctl(world_r);
@@ -223,13 +238,7 @@ struct segment {
       msg[sizeof msg - 1] = '\0';
       return std::string("failed: ") + msg;
     }
-    const auto r = static_cast<std::size_t>(world_r);
-    if (r < pidfds.size() && pidfds[r]) {
-      pollfd pf{pidfds[r].get(), POLLIN, 0};
-      if (::poll(&pf, 1, 0) > 0) return "exited or was killed (pid " + std::to_string(pids[r]) + ")";
-    } else if (r < pids.size() && pids[r] > 0 && ::kill(pids[r], 0) != 0 && errno == ESRCH) {
-      return "exited or was killed (pid " + std::to_string(pids[r]) + ")";
-    }
+    if (exited(world_r)) return "exited or was killed (pid " + std::to_string(pids[static_cast<std::size_t>(world_r)]) + ")";
     return {};
   }
 };
@@ -279,6 +288,7 @@ class shm {
     rv.segment.reset();  // the mapping keeps the memory; no descriptor or name remains
     seg->base = static_cast<std::byte*>(p);
     seg->world_rank = rank;
+    seg->job_id = job_id;
     seg->pids = rv.pids;
     for (int pid : seg->pids) {
       const long fd = pid > 0 && pid != ::getpid() ? ::syscall(SYS_pidfd_open, pid, 0) : -1;
@@ -492,6 +502,72 @@ class shm {
     if (!where.address) return false;
     read_remote(r, where.address + offset, bytes, dst);
     return true;
+  }
+
+  /// After a failure, a new job of the ranks still alive, renumbered in order, on a fresh segment
+  /// (`communicator::shrink`). Every surviving rank calls it. A rank whose process is gone is
+  /// left out at once; one that is alive but does not call shrink by `timeout` (stopped, hung) is
+  /// left out then. The lowest member decides the set and the others adopt it, so all agree even
+  /// when a rank dies meanwhile; a rank that arrives after the decision without being in it raises
+  /// `errc::aborted`. `kept`, when given, gets the old ranks of the members in new rank order.
+  shm shrink(std::chrono::milliseconds timeout, std::vector<int>* kept = nullptr) const {
+    using namespace std::chrono;
+    auto& seg = *seg_;
+    const int p = seg.lay.p, me = seg.world_rank;
+    if (context_ != 0) throw usage_error("shm shrink: call it on the world communicator, not on a group");
+    if (p > 64) throw usage_error("shm shrink: supports jobs of up to 64 ranks; this one has " + std::to_string(p));
+    auto& mine = seg.ctl(me);
+    const std::uint32_t g = mine.shrink_gen.load(std::memory_order_relaxed) + 1;
+    mine.shrink_gen.store(g, std::memory_order_release);
+    const auto deadline = steady_clock::now() + timeout;
+    const auto bit = [](int r) { return std::uint64_t{1} << r; };
+    // Who is in: this rank, and every rank alive that has entered shrink; wait for the others.
+    std::uint64_t members = 0;
+    for (;;) {
+      members = bit(me);
+      bool pending = false;
+      for (int r = 0; r < p; ++r) {
+        if (r == me || seg.exited(r)) continue;
+        if (seg.ctl(r).shrink_gen.load(std::memory_order_acquire) >= g) members |= bit(r);
+        else pending = true;
+      }
+      if (!pending || steady_clock::now() > deadline) break;
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+    // The lowest member decides; if it dies first, the next one does.
+    for (;;) {
+      const int leader = std::countr_zero(members);
+      if (leader == me) {
+        mine.shrink_members.store(members, std::memory_order_relaxed);
+        mine.shrink_decided.store(g, std::memory_order_release);
+        break;
+      }
+      auto& l = seg.ctl(leader);
+      if (l.shrink_decided.load(std::memory_order_acquire) == g) {
+        members = l.shrink_members.load(std::memory_order_relaxed);
+        break;
+      }
+      if (seg.exited(leader)) {
+        members &= ~bit(leader);
+        continue;
+      }
+      if (steady_clock::now() > deadline + timeout)
+        throw timeout_error("shm shrink: rank " + std::to_string(me) + " timed out waiting for rank " +
+                            std::to_string(leader) + " to decide who carries on");
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+    if (!(members & bit(me)))
+      throw error(errc::aborted, "shm shrink: rank " + std::to_string(me) +
+                                     " was left out of the new job: the others decided without it (it reached "
+                                     "shrink after their deadline)");
+    if (kept) {
+      kept->clear();
+      for (int r = 0; r < p; ++r)
+        if (members & bit(r)) kept->push_back(r);
+    }
+    const int new_rank = std::popcount(members & (bit(me) - 1));
+    const int new_size = std::popcount(members);
+    return create(new_rank, new_size, seg.job_id + ".shrink" + std::to_string(g), seg.lay.opt, timeout);
   }
 
   /// Marks this rank failed, so its peers raise `peer_lost` with `what` instead of timing out.
