@@ -703,14 +703,15 @@ class tcp {
   /// timed out or failed too), read where its stream is between messages. After a stall notice
   /// it waits up to twice `grace` more for the failure notice that follows, whose text may name
   /// a rank further down a chain of waiting ranks. Returns the failure notice's text, else the
-  /// stall notice's (also one read earlier), else empty (none, a message came instead, or the
+  /// stall notice's (also one read earlier, which also makes the wait the longer one), else empty (none, a message came instead, or the
   /// peer closed the connection).
   std::string await_notice(int peer, std::chrono::milliseconds grace) {
     using namespace detail::tcp_impl;
     using clock = std::chrono::steady_clock;
     link& l = *mesh_->peers[static_cast<std::size_t>(world(peer))][0];
     if (!l.in_clean || !l.sock.is_open()) return l.stalled;
-    auto until = clock::now() + grace;
+    // A stall notice read before we timed out: its failure notice may still be a grace away.
+    auto until = clock::now() + (l.stalled.empty() ? grace : 2 * grace);
     while (true) {
       wire_header h{};
       const ssize_t k = ::recv(l.fd(), &h, sizeof h, MSG_PEEK | MSG_DONTWAIT);
