@@ -36,9 +36,10 @@
 ///   magic raises `error(errc::aborted)` naming the peer.
 /// - A rank that times out first tells every peer so (a stall notice with its message, where the
 ///   stream is between messages), then waits half a second for a notice from the peer it waited
-///   for (and, after a stall notice, up to a second more for the failure notice that follows): if that peer is itself stuck (it waits for a stopped rank, say), the error carries the
-///   peer's message, so a chain of waiting ranks names the rank that holds them up, whichever
-///   of them timed out first. A reader that finds a stall notice keeps waiting for the final one.
+///   for (after a stall notice, up to a second more for the failure notice that follows). If
+///   that peer is itself stuck (it waits for a stopped rank, say), the error carries the peer's
+///   message, so a chain of waiting ranks names the rank that holds them up, whichever of them
+///   timed out first. A reader that finds a stall notice keeps waiting for the final one.
 #pragma once
 
 #ifndef ASIO_STANDALONE
@@ -703,8 +704,8 @@ class tcp {
   /// timed out or failed too), read where its stream is between messages. After a stall notice
   /// it waits up to twice `grace` more for the failure notice that follows, whose text may name
   /// a rank further down a chain of waiting ranks. Returns the failure notice's text, else the
-  /// stall notice's (also one read earlier, which also makes the wait the longer one), else empty (none, a message came instead, or the
-  /// peer closed the connection).
+  /// stall notice's (also one read earlier, which makes the first wait the longer one), else
+  /// empty (none, a message came instead, or the peer closed the connection).
   std::string await_notice(int peer, std::chrono::milliseconds grace) {
     using namespace detail::tcp_impl;
     using clock = std::chrono::steady_clock;
