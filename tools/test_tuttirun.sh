@@ -171,6 +171,8 @@ case_grace_kills_stubborn_and_stopped() {
   expect_rc 5
   expect_within 8
   expect_match "$err" '^tuttirun: rank 2 \(pid [0-9]+\) exited with status 5$'
+  expect_match "$err" '^tuttirun: rank 1 \(pid [0-9]+\) was stopped by signal 19 \(SIGSTOP\)$'
+  expect_match "$err" '^tuttirun: rank 1 \(pid [0-9]+\) is stopped: killing it \(SIGKILL\)$'
   expect_line "$err" "tuttirun: grace period over: killing the remaining ranks"
   expect_dead $(cat "$work"/ready.*)
 }

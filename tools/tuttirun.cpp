@@ -107,6 +107,10 @@ communicator prints its flight recorder (its last operations) and carries on. Ra
 When a rank fails (non-zero exit or killed by a signal), tuttirun names it on
 stderr, sends SIGTERM (and SIGCONT) to the other ranks, SIGKILL to those left
 after the grace period, and keeps forwarding their output until they are gone.
+A rank stopped by a signal (SIGSTOP, SIGTSTP, ...) is named when it stops; if
+the job fails while it is stopped, it is killed at once (SIGKILL), and said so.
+A rank killed after the first failure by a signal tuttirun did not send is
+named too.
 
 Exit status:
   0       every rank exited with status 0
@@ -438,6 +442,7 @@ struct Rank {
   long long rank = 0;
   pid_t pid = -1;
   bool running = false;
+  int stopped_by = 0;  // the signal that stopped it while it is stopped, else 0
   Stream out, err;
 };
 
@@ -620,30 +625,69 @@ class Launcher {
   void reap() {
     int wstatus = 0;
     pid_t pid;
-    while ((pid = ::waitpid(-1, &wstatus, WNOHANG)) > 0) {
+    while ((pid = ::waitpid(-1, &wstatus, WNOHANG | WUNTRACED | WCONTINUED)) > 0) {
       auto r = std::find_if(ranks_.begin(), ranks_.end(), [&](const Rank& x) { return x.pid == pid; });
-      if (r == ranks_.end() || !(WIFEXITED(wstatus) || WIFSIGNALED(wstatus))) continue;
+      if (r == ranks_.end()) continue;
+      const std::string who = "rank " + std::to_string(r->rank) + " (pid " + std::to_string(pid) + ") ";
+      if (WIFSTOPPED(wstatus)) {
+        // A stopped rank holds its peers up until their deadline; say which one it is.
+        r->stopped_by = WSTOPSIG(wstatus);
+        say(who + "was stopped by signal " + std::to_string(r->stopped_by) + " (" + signal_name(r->stopped_by) + ")");
+        if (failure_ || interrupted_) kill_stopped(*r);
+        continue;
+      }
+      if (WIFCONTINUED(wstatus)) {
+        r->stopped_by = 0;
+        continue;
+      }
+      if (!(WIFEXITED(wstatus) || WIFSIGNALED(wstatus))) continue;
       r->running = false;
-      if (exit_code_of(wstatus) != 0 && !interrupted_ && (!failure_ || o_.keep_going)) {
-        say("rank " + std::to_string(r->rank) + " (pid " + std::to_string(pid) + ") " + describe_exit(wstatus));
-        if (!failure_) fail(exit_code_of(wstatus));
+      r->stopped_by = 0;
+      if (exit_code_of(wstatus) == 0) continue;
+      if (!failure_ && !interrupted_) {
+        say(who + describe_exit(wstatus));
+        fail(exit_code_of(wstatus));
+      } else if ((o_.keep_going && !interrupted_) || (WIFSIGNALED(wstatus) && !sent_[WTERMSIG(wstatus)])) {
+        // With --keep-going every failure is news; otherwise one by a signal tuttirun did not
+        // send, after the first failure, is a cause too.
+        say(who + describe_exit(wstatus));
       }
     }
     bool any_running = std::any_of(ranks_.begin(), ranks_.end(), [](const Rank& x) { return x.running; });
+    // --keep-going: once the ranks that run on have exited, a stopped one would hold the job forever.
+    const bool only_stopped_left =
+        std::all_of(ranks_.begin(), ranks_.end(), [](const Rank& x) { return !x.running || x.stopped_by; }) &&
+        std::any_of(ranks_.begin(), ranks_.end(), [](const Rank& x) { return !x.running; });
+    if (o_.keep_going && any_running && only_stopped_left) {
+      say("only stopped ranks are left");
+      for (Rank& r : ranks_)
+        if (r.running && r.stopped_by) kill_stopped(r);
+      if (!failure_) failure_ = 128 + SIGKILL;
+    }
     if (!any_running && !drain_until_) drain_until_ = Clock::now() + kDrainAfterExit;
   }
 
   void fail(int exit_code) {
     failure_ = exit_code;
     if (std::none_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.running; })) return;
+    // A rank stopped by a signal (SIGSTOP, SIGTSTP, ...) was not stopped by tuttirun: continued,
+    // it would run on against peers that are gone, or hang again. It is killed, not resumed.
+    for (Rank& r : ranks_)
+      if (r.running && r.stopped_by) kill_stopped(r);
     if (o_.keep_going) {
       say("--keep-going: the other ranks run on");
       return;
     }
     say("stopping the other ranks");
     signal_ranks(SIGTERM);
-    signal_ranks(SIGCONT);  // a stopped rank only acts on SIGTERM once continued
+    signal_ranks(SIGCONT);  // a rank that stops after this acts on SIGTERM only once continued
     arm_kill_timer();
+  }
+
+  void kill_stopped(Rank& r) {
+    say("rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) + ") is stopped: killing it (SIGKILL)");
+    sent_[SIGKILL] = true;
+    ::kill(-r.pid, SIGKILL);
   }
 
   void arm_kill_timer() {
@@ -664,6 +708,7 @@ class Launcher {
 
   // Signals whole process groups, so that a rank's own children get them as well.
   void signal_ranks(int sig) {
+    sent_[sig] = true;
     for (const Rank& r : ranks_)
       if (r.running) ::kill(-r.pid, sig);
   }
@@ -678,6 +723,7 @@ class Launcher {
   int interrupted_ = 0;         // first signal forwarded before any failure
   int sigints_ = 0;
   bool killed_ = false;
+  bool sent_[65] = {};  // signals tuttirun has sent to the ranks
   std::optional<Clock::time_point> kill_at_, drain_until_;
 };
 

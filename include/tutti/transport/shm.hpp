@@ -21,6 +21,7 @@
 ///   failed raises `peer_lost`; a peer blocked in a different collective raises `mismatch_error`.
 #pragma once
 
+#include <fcntl.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -123,8 +124,9 @@ struct control {
   alignas(line) std::atomic<std::uint64_t> phase;     // native phase counter
   std::atomic<std::uint64_t> phase_fp[fp_words];     // fingerprint of that phase
   std::atomic<std::uint64_t> fp_gen;                 // seqlock: 2g+1 while writing g's, 2g+2 after
-  alignas(line) std::atomic<std::uint64_t> wait_gen;  // seqlock of the next two fields (odd: writing)
+  alignas(line) std::atomic<std::uint64_t> wait_gen;  // seqlock of the next fields (odd: writing)
   std::atomic<std::uint64_t> wait_fp[fp_words];      // what this rank is blocked in, if anything
+  std::atomic<std::int32_t> wait_peer;               // the world rank it waits for there, or -1
   alignas(line) std::atomic<std::uint64_t> source[2];  // per phase parity: arena offset of the input, or none
   std::atomic<std::uint64_t> address[2];             // per phase parity: its address in the process, or 0
   alignas(line) std::atomic<std::uint64_t> probe_address;  // start-up: a word peers try to read
@@ -832,9 +834,10 @@ class shm {
       detail::cpu_relax();
     }
     const auto start = clock::now();
-    const auto deadline = start + w.timeout;
+    auto deadline = start + w.timeout;
+    bool extended = false;
     auto& me = seg_->ctl(seg_->world_rank);
-    publish_waiting(h.fp);
+    publish_waiting(h.fp, world(peer));
     struct clear {
       shm* t;
       ~clear() { t->publish_waiting(std::nullopt); }
@@ -851,11 +854,17 @@ class shm {
       detail::check_aborted(w, h, rank_, doing, peer);
       check_peer(peer, h, w, ready);
       if (peer2 >= 0) check_peer(peer2, h, w, ready);
+      // A peer that is not stopped may be stuck waiting itself and time out a moment after us: half
+      // a second more lets its failure (naming whom it waited for) reach us first.
+      if (now > deadline && !extended && !process_stopped(world(peer))) {
+        extended = true;
+        deadline = now + std::min<std::chrono::nanoseconds>(std::chrono::milliseconds(500), w.timeout);
+      }
       if (now > deadline)
         throw timeout_error(detail::where(h, w.algorithm) + ": rank " + std::to_string(rank_) + " timed out after " +
                             detail::seconds_text(w.timeout) + " waiting " + doing +
-                            " rank " + std::to_string(peer) + " (" + std::to_string(h.bytes) + " bytes, " +
-                            detail::fingerprint_summary(h.fp) + ")");
+                            " rank " + std::to_string(peer) + blocked_chain(world(peer)) + " (" +
+                            std::to_string(h.bytes) + " bytes, " + detail::fingerprint_summary(h.fp) + ")");
       me.sleepers.fetch_add(1, std::memory_order_seq_cst);
       const std::uint32_t bell = me.doorbell.load(std::memory_order_seq_cst);
       if (!ready()) detail::futex_wait(&me.doorbell, bell, std::chrono::milliseconds(round < 100 ? 2 : 20));
@@ -863,7 +872,7 @@ class shm {
     }
   }
 
-  void publish_waiting(std::optional<fingerprint> fp) noexcept {
+  void publish_waiting(std::optional<fingerprint> fp, int world_peer = -1) noexcept {
     auto& me = seg_->ctl(seg_->world_rank);
     const std::uint64_t g = me.wait_gen.load(std::memory_order_relaxed);
     me.wait_gen.store(g + 1, std::memory_order_relaxed);
@@ -872,7 +881,55 @@ class shm {
     if (fp) f.context = context_;
     else f.coll = collective::send_recv;  // "not waiting in a collective"
     detail::shm_impl::store_fp(me.wait_fp, f);
+    me.wait_peer.store(fp ? world_peer : -1, std::memory_order_relaxed);
     me.wait_gen.store(g + 2, std::memory_order_release);
+  }
+
+  /// For a timeout: whether the world rank we waited for is stopped, or itself blocked waiting
+  /// for another (and so on), so that the message names the rank that holds everyone up (a rank
+  /// stopped by SIGSTOP, a debugger, ...) and not only the first link of the chain. The chain is
+  /// read from the peers' published waits (seqlocked; a torn read ends it).
+  std::string blocked_chain(int world_r) const {
+    std::string s;
+    std::vector<bool> seen(seg_->pids.size());
+    seen.at(static_cast<std::size_t>(seg_->world_rank)) = true;
+    for (int r = world_r; r >= 0 && static_cast<std::size_t>(r) < seen.size();) {
+      const bool stopped = process_stopped(r);
+      if (stopped) s += r == world_r ? " (its process is stopped)" : ", whose process is stopped";
+      if (stopped || seen[static_cast<std::size_t>(r)]) break;
+      seen[static_cast<std::size_t>(r)] = true;
+      auto& c = seg_->ctl(r);
+      const std::uint64_t g1 = c.wait_gen.load(std::memory_order_acquire);
+      const int next = c.wait_peer.load(std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (g1 == 0 || (g1 & 1) || c.wait_gen.load(std::memory_order_relaxed) != g1 || next < 0) break;
+      s += (r == world_r ? ", which is itself waiting for " : ", which waits for ") + world_name(next);
+      r = next;
+    }
+    return s;
+  }
+
+  /// "rank i" in this communicator's numbering, else "world rank w".
+  std::string world_name(int world_r) const {
+    for (std::size_t i = 0; i < members_.size(); ++i)
+      if (members_[i] == world_r) return "rank " + std::to_string(i);
+    return "world rank " + std::to_string(world_r);
+  }
+
+  /// Whether world rank r's process is stopped (SIGSTOP, SIGTSTP, a tracer), from /proc.
+  bool process_stopped(int world_r) const {
+    const auto r = static_cast<std::size_t>(world_r);
+    if (r >= seg_->pids.size() || seg_->pids[r] <= 0) return false;
+    char path[64], buf[512];
+    std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(seg_->pids[r]));
+    const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+    ::close(fd);
+    if (n <= 0) return false;
+    buf[n] = '\0';
+    const char* close_paren = std::strrchr(buf, ')');  // the command name may contain anything
+    return close_paren && close_paren[1] == ' ' && (close_paren[2] == 'T' || close_paren[2] == 't');
   }
 
   template <class Ready>

@@ -42,6 +42,12 @@
 /// - A peer that closes its connection (exit, crash, `fail()`) raises `peer_lost` naming it;
 ///   `fail()` first sends the reason, when the stream is between messages. A header without the
 ///   magic raises `error(errc::aborted)` naming the peer.
+/// - A rank that times out first tells every peer so (a stall notice with its message, where the
+///   stream is between messages), then waits half a second for a notice from the peer it waited
+///   for (after a stall notice, up to a second more for the failure notice that follows). If
+///   that peer is itself stuck (it waits for a stopped rank, say), the error carries the peer's
+///   message, so a chain of waiting ranks names the rank that holds them up, whichever of them
+///   timed out first. A reader that finds a stall notice keeps waiting for the final one.
 #pragma once
 
 #ifndef ASIO_STANDALONE
@@ -110,6 +116,7 @@ namespace detail::tcp_impl {
 
 inline constexpr std::uint64_t message_magic = 0x67736d2d69747475ull;  // "utti-msg"
 inline constexpr std::uint64_t failure_magic = 0x6c69616669747475ull;  // "uttifail"
+inline constexpr std::uint64_t stall_magic = 0x6c61747369747475ull;    // "uttistal"
 inline constexpr std::uint64_t hello_magic = 0x6f6c6c6569747475ull;    // "uttiello"
 inline constexpr std::uint32_t hello_version = 1;
 inline constexpr std::size_t piece_bytes = std::size_t{256} << 10;    // recv_with hands pieces of this size
@@ -129,6 +136,7 @@ struct link {
   asio::ip::tcp::socket sock;
   bool clean = true;     // sending side between messages: a failure notice may be written
   bool in_clean = true;  // receiving side between messages: what comes next is a header
+  std::string stalled;   // the peer's stall notice (it timed out, a failure notice follows)
   scratch_buffer bounce;
   int fd() { return static_cast<int>(sock.native_handle()); }
 };
@@ -487,18 +495,22 @@ class tcp {
       for (std::size_t s = 0; s < streams.size(); ++s) {
         link& l = *streams[s];
         if (!l.sock.is_open()) continue;
-        if (s == 0 && l.clean) {
-          wire_header h{};
-          h.magic = failure_magic;
-          h.bytes = text.size();
-          std::array<asio::const_buffer, 2> bufs{asio::buffer(&h, sizeof h), asio::buffer(text)};
-          asio::error_code ec;
-          l.sock.write_some(bufs, ec);  // best effort: a full socket buffer drops the reason
-        }
+        if (s == 0 && l.clean) write_notice(l, failure_magic, text);
         asio::error_code ec;
         l.sock.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
         l.sock.close(ec);
       }
+  }
+
+  /// Writes a failure or stall notice; best effort: a full socket buffer drops it. The stream
+  /// stays between messages only if all of it went.
+  static void write_notice(detail::tcp_impl::link& l, std::uint64_t magic, std::string_view text) noexcept {
+    detail::tcp_impl::wire_header h{};
+    h.magic = magic;
+    h.bytes = text.size();
+    std::array<asio::const_buffer, 2> bufs{asio::buffer(&h, sizeof h), asio::buffer(text.data(), text.size())};
+    asio::error_code ec;
+    l.clean = l.sock.write_some(bufs, ec) == sizeof h + text.size();
   }
 
   /// The options this transport runs with (streams, buffers, ...).
@@ -680,7 +692,11 @@ class tcp {
       if (ec && ec != asio::error::would_block && ec != asio::error::try_again && ec != asio::error::interrupted)
         lost(in.peer, in.h, w, "receiving from", ec);
       if (p.head_done < sizeof in.wire) return k > 0;
-      check(in, p, w);
+      if (!check(in, p, w)) {  // a stall notice: the header comes later
+        p.head_done = 0;
+        p.l->in_clean = true;
+        return true;
+      }
       moved = true;
       if (p.n == 0) return true;
     }
@@ -710,8 +726,19 @@ class tcp {
     return moved || k > 0;
   }
 
-  void check(incoming& in, part& p, const wait_context& w) {
+  /// False for a stall notice (kept in the link), which the peer's failure notice follows.
+  bool check(incoming& in, part& p, const wait_context& w) {
     using namespace detail::tcp_impl;
+    if (in.wire.magic == stall_magic) {
+      std::string text(std::min<std::size_t>(in.wire.bytes, max_failure_text), '\0');
+      try {
+        io_by(*p.l, text.data(), text.size(), false, std::chrono::steady_clock::now() + std::chrono::seconds(1), "");
+      } catch (const error&) {
+        text = "(reason lost)";
+      }
+      p.l->stalled = text;
+      return false;
+    }
     frame_head f;
     try {
       f = parse_frame_head(in.wire);
@@ -734,6 +761,7 @@ class tcp {
     want.fp.context = context_;
     detail::check_header(want, rank_, f.h, in.peer, w.algorithm);
     in.checked = true;
+    return true;
   }
 
   [[noreturn]] void lost(int peer, const header& h, const wait_context& w, const char* doing, const asio::error_code& ec) {
@@ -753,14 +781,61 @@ class tcp {
     using namespace detail::tcp_impl;
     link& l = *mesh_->peers[static_cast<std::size_t>(world(peer))][0];
     if (!l.in_clean || !l.sock.is_open()) return {};
-    wire_header h{};
-    if (::recv(l.fd(), &h, sizeof h, MSG_PEEK | MSG_DONTWAIT) != static_cast<ssize_t>(sizeof h) || h.magic != failure_magic)
-      return {};
-    std::string buf(sizeof h + std::min<std::size_t>(h.bytes, max_failure_text), '\0');
-    const ssize_t k = ::recv(l.fd(), buf.data(), buf.size(), MSG_DONTWAIT);
-    l.in_clean = false;
-    if (k <= static_cast<ssize_t>(sizeof h)) return "(reason lost)";
-    return buf.substr(sizeof h, static_cast<std::size_t>(k) - sizeof h);
+    // At most a stall notice, then the failure notice.
+    std::string buf(2 * (sizeof(wire_header) + max_failure_text), '\0');
+    const ssize_t k = ::recv(l.fd(), buf.data(), buf.size(), MSG_PEEK | MSG_DONTWAIT);
+    std::string stalled = l.stalled;
+    for (std::size_t at = 0; k > 0 && at + sizeof(wire_header) <= static_cast<std::size_t>(k);) {
+      wire_header h;
+      std::memcpy(&h, buf.data() + at, sizeof h);
+      if (h.magic != failure_magic && h.magic != stall_magic) break;
+      const std::size_t n = std::min<std::size_t>(h.bytes, max_failure_text);
+      const std::size_t got = std::min(n, static_cast<std::size_t>(k) - at - sizeof h);
+      std::string text = got ? buf.substr(at + sizeof h, got) : std::string("(reason lost)");
+      if (h.magic == failure_magic) return text;
+      stalled = text;
+      at += sizeof h + n;
+    }
+    return stalled;
+  }
+
+  /// After this rank timed out waiting for `peer`: up to `grace` for a notice from the peer (it
+  /// timed out or failed too), read where its stream is between messages. After a stall notice
+  /// it waits up to twice `grace` more for the failure notice that follows, whose text may name
+  /// a rank further down a chain of waiting ranks. Returns the failure notice's text, else the
+  /// stall notice's (also one read earlier, which makes the first wait the longer one), else
+  /// empty (none, a message came instead, or the peer closed the connection).
+  std::string await_notice(int peer, std::chrono::milliseconds grace) {
+    using namespace detail::tcp_impl;
+    using clock = std::chrono::steady_clock;
+    link& l = *mesh_->peers[static_cast<std::size_t>(world(peer))][0];
+    if (!l.in_clean || !l.sock.is_open()) return l.stalled;
+    // A stall notice read before we timed out: its failure notice may still be a grace away.
+    auto until = clock::now() + (l.stalled.empty() ? grace : 2 * grace);
+    while (true) {
+      wire_header h{};
+      const ssize_t k = ::recv(l.fd(), &h, sizeof h, MSG_PEEK | MSG_DONTWAIT);
+      if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return l.stalled;
+      if (k == static_cast<ssize_t>(sizeof h)) {
+        if (h.magic != failure_magic && h.magic != stall_magic) return l.stalled;
+        std::string buf(sizeof h + std::min<std::size_t>(h.bytes, max_failure_text), '\0');
+        try {
+          io_by(l, buf.data(), buf.size(), false, clock::now() + std::chrono::seconds(1), "");
+        } catch (const error&) {
+          return l.stalled.empty() ? "(reason lost)" : l.stalled;
+        }
+        if (h.magic == failure_magic) return buf.substr(sizeof h);
+        l.stalled = buf.substr(sizeof h);
+        until = std::max(until, clock::now() + 2 * grace);
+        continue;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - clock::now());
+      if (left.count() <= 0) return l.stalled;
+      pollfd pf{l.fd(), POLLIN, 0};
+      // A partial header polls as readable: sleep a moment rather than spin on it.
+      if (k > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      else ::poll(&pf, 1, static_cast<int>(left.count()));
+    }
   }
 
   [[noreturn]] void timed_out(outgoing* out, incoming* in, const wait_context& w) {
@@ -773,10 +848,23 @@ class tcp {
       }
     const header& h = in_missing ? in->h : out->h;
     const int peer = in_missing ? in->peer : out->peer;
-    throw timeout_error(detail::where(h, w.algorithm) + ": rank " + std::to_string(rank_) + " timed out after " +
-                        detail::seconds_text(w.timeout) + " waiting " +
-                        (in_missing ? "to receive from " : "to send to ") + name(peer) + " (" +
-                        std::to_string(h.bytes) + " bytes, " + detail::fingerprint_summary(h.fp) + ")");
+    const std::string what = detail::where(h, w.algorithm) + ": rank " + std::to_string(rank_) + " timed out after " +
+                             detail::seconds_text(w.timeout) + " waiting " +
+                             (in_missing ? "to receive from " : "to send to ") + name(peer) + " (" +
+                             std::to_string(h.bytes) + " bytes, " + detail::fingerprint_summary(h.fp) + ")";
+    // Tell the peers first, then give the one we waited for a moment to say whether it is stuck
+    // itself: each rank of a chain times out within moments of the others, in any order.
+    for (auto& streams : mesh_->peers)
+      if (!streams.empty() && streams[0]->sock.is_open() && streams[0]->clean)
+        write_notice(*streams[0], detail::tcp_impl::stall_magic, what.substr(0, detail::tcp_impl::max_failure_text));
+    // Half a second: the ranks of a chain time out milliseconds apart.
+    const std::string why = await_notice(peer, std::min<std::chrono::milliseconds>(
+                                                   std::chrono::milliseconds(500),
+                                                   std::chrono::duration_cast<std::chrono::milliseconds>(w.timeout)));
+    if (!why.empty())
+      throw peer_lost(detail::where(h, w.algorithm) + ": " + name(peer) + " failed as well while rank " +
+                      std::to_string(rank_) + " waited for it: " + why);
+    throw timeout_error(what);
   }
 
   static void connect(link& l, const asio::ip::tcp::endpoint& ep, const tcp_options& opt,
