@@ -11,8 +11,8 @@
 //   the ranks' schedules never met (two ranks that each took the other for the root), from the
 //   next call, the barrier after it;
 // - every rank raises mismatch_error or peer_lost (a rank released by a failed peer's notice),
-//   never timeout_error, never a normal return (the call is followed by a barrier, so a rank
-//   whose part happened to complete learns of the failure there);
+//   never timeout_error, never a normal return (the call is followed by two barriers, so a rank
+//   whose part happened to complete learns of the failure there, see `attempt`);
 // - every mismatch_error from the call names the odd rank and another rank;
 // - afterwards the communicator refuses every call with errc::aborted.
 #pragma once
@@ -42,12 +42,16 @@ inline constexpr std::chrono::seconds deadline{5};
 struct outcome {
   kind k = kind::none;
   std::string what;
-  int phase = 0;             ///< 1: the call under test; 2: the barrier after it
+  int phase = 0;             ///< 1: the call under test; 2, 3: the barriers after it
   kind next = kind::none;    ///< what the next call on the broken communicator raised
 };
 
-/// Runs `call(comm)` then a barrier on this rank and records what it raised; after a failure,
-/// one more barrier, which must be refused at once (errc::aborted) without communication.
+/// Runs `call(comm)` then two barriers on this rank and records what it raised; after a
+/// failure, one more barrier, which must be refused at once (errc::aborted) without
+/// communication. Two barriers: over buffered transports a rank whose part of the call went
+/// through can also finish the first barrier, when its peers find the disagreement (a stale
+/// message in their rings) only after they posted their part of it; the second barrier then
+/// raises peer_lost. No closing round trip in every call makes that rank fail sooner.
 template <class Comm, class Call>
 outcome attempt(Comm& comm, Call& call) {
   outcome o;
@@ -55,6 +59,8 @@ outcome attempt(Comm& comm, Call& call) {
   try {
     call(comm);
     phase = 2;
+    comm.barrier();
+    phase = 3;
     comm.barrier();
   } catch (...) {
     o.k = classify(std::current_exception(), o.what);
