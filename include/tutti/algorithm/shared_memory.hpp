@@ -16,7 +16,8 @@
 /// |                | no windows; see `all_reduce_single_copy`.                              |
 /// | reduce_scatter | copy in, post; reduce own block from every slot                        |
 /// | all_gather     | copy own block in, post; copy every block out                          |
-/// | broadcast      | root copies in and posts; the others copy out                          |
+/// | broadcast      | root copies in and posts; the others copy out (and the root sees      |
+/// |                | every post of the last chunk before it returns: see confirm_root)      |
 /// | reduce         | copy in, post; the root reduces every slot in rank order               |
 /// | gather/scatter | copy in, post; the root (or every rank) copies out                     |
 /// | all_to_all     | copy every block in, post; copy own block out of every slot            |
