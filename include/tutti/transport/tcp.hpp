@@ -726,8 +726,14 @@ class tcp {
     link& l = *mesh_->peers[static_cast<std::size_t>(world(peer))][0];
     if (!l.in_clean || !l.sock.is_open()) return {};
     wire_header h{};
-    if (::recv(l.fd(), &h, sizeof h, MSG_PEEK | MSG_DONTWAIT) != static_cast<ssize_t>(sizeof h) || h.magic != failure_magic)
-      return {};
+    // Waiting notices (tell_waiting) may stand in front of it: they are dropped here.
+    auto peek = [&] { return ::recv(l.fd(), &h, sizeof h, MSG_PEEK | MSG_DONTWAIT) == static_cast<ssize_t>(sizeof h); };
+    bool whole = peek();
+    while (whole && h.magic == waiting_magic) {
+      if (::recv(l.fd(), &h, sizeof h, MSG_DONTWAIT) != static_cast<ssize_t>(sizeof h)) return {};
+      whole = peek();
+    }
+    if (!whole || h.magic != failure_magic) return {};
     std::string buf(sizeof h + std::min<std::size_t>(h.bytes, max_failure_text), '\0');
     const ssize_t k = ::recv(l.fd(), buf.data(), buf.size(), MSG_DONTWAIT);
     l.in_clean = false;
