@@ -16,7 +16,8 @@
 /// |                | no windows; see `all_reduce_single_copy`.                              |
 /// | reduce_scatter | copy in, post; reduce own block from every slot                        |
 /// | all_gather     | copy own block in, post; copy every block out                          |
-/// | broadcast      | root copies in and posts; the others copy out                          |
+/// | broadcast      | root copies in and posts; the others copy out (and the root sees      |
+/// |                | every post of the last chunk before it returns: see confirm_root)      |
 /// | reduce         | copy in, post; the root reduces every slot in rank order               |
 /// | gather/scatter | copy in, post; the root (or every rank) copies out                     |
 /// | all_to_all     | copy every block in, post; copy own block out of every slot            |
@@ -186,7 +187,7 @@ struct shared_memory {
       const auto g = ph.begin();
       if (ch.rank() == root) copy_in(ph.mine(g), buf.data() + at, m * sizeof(T));
       ph.post(g);
-      if (ch.rank() == root) return;
+      if (ch.rank() == root) return ph.confirm_root(g, at + m == n);
       ph.wait(root, g);
       copy_out(buf.data() + at, ph.slot(root, g), m * sizeof(T));
     });
@@ -238,6 +239,7 @@ struct shared_memory {
         pack_blocks(ph.mine(g), in, p, blk, at, m);
       ph.post(g);
       if (me != root) ph.wait(root, g);
+      else ph.confirm_root(g, at + m == blk);
       copy_out(out.data() + at, ph.slot(root, g) + static_cast<std::size_t>(me) * m * sizeof(T), m * sizeof(T));
     });
   }
@@ -329,11 +331,23 @@ struct shared_memory {
     std::uint64_t begin() {
       const std::uint64_t g = t_.phase() + 1;
       t_.wait_all(g - 1, fp_, /*compare=*/false, w_);
+      // Phase g−1 may have been a step where this rank compared nobody's fingerprint (a reduce
+      // leaf, ranks that disagree on the root), and an earlier point-to-point call may have
+      // ended with messages nobody received: the transport checks both now (shm::check_posted).
+      if constexpr (requires { t_.check_posted(g - 1, fp_, w_); }) t_.check_posted(g - 1, fp_, w_);
       return g;
     }
     void post(std::uint64_t g) { t_.post(g, fp_); }
     void wait(int r, std::uint64_t g) { t_.wait_phase(r, g, fp_, /*compare=*/true, w_); }
     void wait_all(std::uint64_t g) { t_.wait_all(g, fp_, /*compare=*/true, w_); }
+    /// A root that only writes (broadcast, scatter) compares nobody's fingerprint; a rank that
+    /// disagrees on the root would then leave the call unnoticed. So at its last step the root
+    /// waits until every peer has posted it (they post on entry, before they wait for the
+    /// root): no round trip, only the peers' arrival, and every rank that disagrees is caught
+    /// in the call itself.
+    void confirm_root(std::uint64_t g, bool last) {
+      if (last) wait_all(g);
+    }
     std::byte* mine(std::uint64_t g) const { return slot(ch_.rank(), g); }
 
     /// Offers this rank's input of phase g to the peers where it lies (an arena; or this process,

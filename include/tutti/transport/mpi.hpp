@@ -21,6 +21,10 @@
 ///   waits, it looks for a failure notice from the peer (`fail`, which the communicator calls
 ///   when a collective fails on a rank), so peers of a failed rank raise `peer_lost` at once.
 ///   (`algo::native{.blocking = true}` opts out: MPI's blocking collectives, no deadline.)
+/// - A collective's receive still without its header after 20 ms sends every peer a waiting
+///   notice (its fingerprint; once per call, on its own tag) and reads the notices of the peer it
+///   waits for: ranks that disagree so that they wait for each other (two ranks that each take
+///   the other for the root) raise `mismatch_error` naming both instead of timing out.
 /// - After a timeout or another failure the communicator is broken (as every communicator is):
 ///   pending point-to-point requests are cancelled, and those MPI cannot cancel in 100 ms are
 ///   freed; a non-blocking collective cannot be cancelled at all and is left pending. Either may
@@ -70,9 +74,12 @@ namespace tutti {
 
 namespace detail::mpi_impl {
 
-/// Tags on a transport's communicator: a collective's header and payload, failure notices, then
-/// a (header, payload) pair per user tag t of point to point: 3 + 2t and 4 + 2t.
-inline constexpr int tag_header = 0, tag_payload = 1, tag_failure = 2, tag_p2p = 3;
+/// Tags on a transport's communicator: a collective's header and payload, failure notices,
+/// waiting notices, then a (header, payload) pair per user tag t of point to point: 4 + 2t and
+/// 5 + 2t.
+inline constexpr int tag_header = 0, tag_payload = 1, tag_failure = 2, tag_waiting = 3, tag_p2p = 4;
+/// A collective's receive still without its header after this long tells the peers what it waits for.
+inline constexpr std::chrono::milliseconds waiting_notice_after{20};
 /// Largest payload piece: MPI counts are `int`.
 inline std::size_t max_piece = std::size_t{1} << 30;  // not const: tests shrink it to cover the split
 /// Longest failure notice (short enough to go eagerly, so sending it never blocks).
@@ -272,6 +279,9 @@ struct comm_state {
   bool oversubscribed = false;  // more ranks on this host than cores
   bool broken = false;           // a collective failed on it (`fail` was called)
   std::vector<std::unique_ptr<std::string>> notices;  // failure notices being sent (kept alive)
+  /// Waiting notices being sent: each buffer lives until its send completes.
+  std::vector<std::pair<MPI_Request, std::unique_ptr<std::uint64_t[]>>> waiting;
+  std::uint64_t told[6] = {};  // the fingerprint this rank last sent waiting notices for
 
   comm_state() = default;
   comm_state(const comm_state&) = delete;
@@ -281,15 +291,23 @@ struct comm_state {
     // A communicator that failed may still have messages in flight to and from it. Freed, its
     // context id could go to a later communicator, which would then match them (seen: a stale
     // failure notice raising peer_lost in the next communicator): keep it instead.
-    if (broken) return;
-    for (int flag = 1; flag;) {  // notices nobody waited for
-      MPI_Status st;
-      if (MPI_Iprobe(MPI_ANY_SOURCE, tag_failure, comm, &flag, &st) != MPI_SUCCESS) break;
-      int n = 0;
-      MPI_Get_count(&st, MPI_CHAR, &n);
-      std::string drop(static_cast<std::size_t>(std::max(n, 0)), '\0');
-      if (flag) MPI_Recv(drop.data(), n, MPI_CHAR, st.MPI_SOURCE, tag_failure, comm, MPI_STATUS_IGNORE);
+    if (broken) {
+      for (auto& [req, buf] : waiting) {
+        MPI_Request_free(&req);
+        (void)buf.release();  // MPI may still read it
+      }
+      return;
     }
+    for (int tag : {tag_failure, tag_waiting})
+      for (int flag = 1; flag;) {  // notices nobody waited for
+        MPI_Status st;
+        if (MPI_Iprobe(MPI_ANY_SOURCE, tag, comm, &flag, &st) != MPI_SUCCESS) break;
+        int n = 0;
+        MPI_Get_count(&st, MPI_CHAR, &n);
+        std::string drop(static_cast<std::size_t>(std::max(n, 0)), '\0');
+        if (flag) MPI_Recv(drop.data(), n, MPI_CHAR, st.MPI_SOURCE, tag, comm, MPI_STATUS_IGNORE);
+      }
+    for (auto& [req, buf] : waiting) MPI_Wait(&req, MPI_STATUS_IGNORE);  // 48 bytes: sent eagerly
     MPI_Comm_free(&comm);  // local in practice; our own notices were sent eagerly
   }
 };
@@ -689,7 +707,23 @@ class mpi {
     }
     bool checked = hr == nullptr;
     const std::size_t first_other = hr ? 1 : 0;
+    const auto started = std::chrono::steady_clock::now();
+    unsigned polls = 0;
+    bool told = false;
+    std::string suspect;  // a waiting notice that shows a disagreement, unless the header comes
     drive(w, h, hr ? from : to, hr && hs && to != from ? to : -1, hr ? "to receive from" : "to deliver to", [&] {
+      if (!checked && hr->fp.coll != collective::send_recv && ++polls % 64 == 0 &&
+          std::chrono::steady_clock::now() - started > waiting_notice_after) {
+        // Ranks that disagree about a call can each wait to receive from the other (two ranks
+        // that each take the other for the root, or a cycle): say what this rank waits for, and
+        // look at what the peer says. A notice arrives on its own tag, so the header it would
+        // follow may still be on its way: believe it only if the header is still missing at
+        // the next look.
+        if (!suspect.empty()) throw mismatch_error(suspect);
+        if (!told) tell_waiting(hr->fp);
+        told = true;
+        suspect = waiting_notice(from, *hr, w);
+      }
       if (!checked) {
         int done = 0;
         MPI_Status status;
@@ -711,6 +745,54 @@ class mpi {
       const bool rest = rs.test(first_other, at);  // the sends, and the payload once posted
       return checked && rest;
     });
+  }
+
+  /// Sends every other rank of the group a waiting notice (`fp`, what this rank waits to receive
+  /// in), once per call; never blocks.
+  void tell_waiting(fingerprint fp) {
+    using namespace detail::mpi_impl;
+    fp.context = context_;
+    std::uint64_t words[fp_words];
+    encode(fp, words);
+    if (std::memcmp(words, st_->told, sizeof words) == 0) return;
+    std::memcpy(st_->told, words, sizeof words);
+    auto& pending = st_->waiting;
+    std::erase_if(pending, [](auto& e) {
+      int done = 0;
+      return MPI_Test(&e.first, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || done;
+    });
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      auto buf = std::make_unique<std::uint64_t[]>(fp_words);
+      std::memcpy(buf.get(), words, sizeof words);
+      MPI_Request req = MPI_REQUEST_NULL;
+      if (MPI_Isend(buf.get(), fp_words, MPI_UINT64_T, r, tag_waiting, st_->comm, &req) == MPI_SUCCESS)
+        pending.emplace_back(req, std::move(buf));
+    }
+  }
+
+  /// Reads `peer`'s waiting notices. One that says the peer waits in a later call of this
+  /// communicator, or in this call with other arguments, while this rank waits for its message:
+  /// the text of a mismatch_error naming both. Others (an earlier call, the same call) are
+  /// dropped; empty when none shows a disagreement.
+  std::string waiting_notice(int peer, const header& want, const wait_context& w) {
+    using namespace detail::mpi_impl;
+    auto at = [&] { return detail::where(want, w.algorithm); };
+    fingerprint mine = want.fp;
+    mine.context = context_;
+    for (int flag = 1;;) {
+      MPI_Status st;
+      check(MPI_Iprobe(peer, tag_waiting, st_->comm, &flag, &st), "MPI_Iprobe", at);
+      if (!flag) return {};
+      std::uint64_t words[fp_words];
+      check(MPI_Recv(words, fp_words, MPI_UINT64_T, peer, tag_waiting, st_->comm, MPI_STATUS_IGNORE), "MPI_Recv", at);
+      const fingerprint theirs = decode(words);
+      if (theirs.coll != collective::send_recv && theirs.context == context_ &&
+          (theirs.seq > mine.seq || (theirs.seq == mine.seq && theirs != mine)))
+        return at() + ": " + detail::describe_difference(mine, rank_, theirs, peer) + " (each waits for the other: rank " +
+               std::to_string(peer) + " waits in " + std::string(collective_name(theirs.coll)) + " #" +
+               std::to_string(theirs.seq) + ")";
+    }
   }
 
   /// The non-blocking form `nb(args..., request)` when there is a request to fill, else the

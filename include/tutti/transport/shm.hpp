@@ -402,18 +402,73 @@ class shm {
       wait_for(w, h, r, -1, "to reach the same step as", [&] { return c.phase.load(std::memory_order_acquire) >= g; });
     }
     if (!compare) return;
-    // Seqlock read of the fingerprint of phase g; a peer already past g was checked by others.
+    // Seqlock read of the fingerprint of phase g; a peer already past g compared ours itself
+    // (here, or in check_posted at its next step).
     const std::uint64_t gen = c.fp_gen.load(std::memory_order_acquire);
-    if (gen != 2 * g + 2) return;
-    const fingerprint theirs = detail::shm_impl::load_fp(c.phase_fp);
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if (c.fp_gen.load(std::memory_order_relaxed) == gen && theirs != fp)
-      throw mismatch_error(std::string(collective_name(fp.coll)) + "(" + std::string(w.algorithm) + "): " +
-                           detail::describe_difference(fp, rank_, theirs, r));
+    if (gen == 2 * g + 2) {
+      const fingerprint theirs = detail::shm_impl::load_fp(c.phase_fp);
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (c.fp_gen.load(std::memory_order_relaxed) == gen && theirs != fp)
+        throw mismatch_error(std::string(collective_name(fp.coll)) + "(" + std::string(w.algorithm) + "): " +
+                             detail::describe_difference(fp, rank_, theirs, r));
+    }
+    check_ring(r, fp, w);
   }
   void wait_all(std::uint64_t g, const fingerprint& fp, bool compare, const wait_context& w) {
     for (int r = 0; r < size(); ++r)
       if (r != rank_) wait_phase(r, g, fp, compare, w);
+  }
+  /// At the start of a step on the windows, once every peer has posted g (this rank's last
+  /// phase), for the call `fp`: catches what no wait of the earlier steps compared.
+  /// - Each peer still at g must have posted g with this rank's fingerprint of g. A peer already
+  ///   past g compared ours itself (in its wait for g, or here at its next step), so every pair
+  ///   of ranks compares every phase, even where a schedule has one of them wait for nobody (a
+  ///   broadcast root, a reduce leaf, ranks that disagree on the root).
+  /// - No peer may have left an unread message of an earlier collective of this communicator in
+  ///   its ring to this rank: ranks that disagreed about a point-to-point schedule (two ranks
+  ///   that each took itself for the root) finish it with messages nobody receives, and the
+  ///   windows never read the rings.
+  /// Reads only control lines and ring heads; no extra synchronisation.
+  void check_posted(std::uint64_t g, const fingerprint& fp, const wait_context& w) const {
+    using namespace detail::shm_impl;
+    auto& me = seg_->ctl(seg_->world_rank);
+    const bool posted = g > 0 && me.fp_gen.load(std::memory_order_relaxed) == 2 * g + 2;
+    const fingerprint mine = posted ? load_fp(me.phase_fp) : fingerprint{};
+    for (int r = 0; r < size(); ++r) {
+      if (r == rank_) continue;
+      auto& c = seg_->ctl(world(r));
+      if (const std::uint64_t gen = c.fp_gen.load(std::memory_order_acquire); posted && gen == 2 * g + 2) {
+        const fingerprint theirs = load_fp(c.phase_fp);
+        std::atomic_thread_fence(std::memory_order_acquire);
+        if (c.fp_gen.load(std::memory_order_relaxed) == gen && theirs != mine)
+          throw mismatch_error(std::string(collective_name(mine.coll)) + "(" + std::string(w.algorithm) + ") #" +
+                               std::to_string(mine.seq) + ": " + detail::describe_difference(mine, rank_, theirs, r) +
+                               " (seen when rank " + std::to_string(rank_) + " began its next step on the windows)");
+      }
+      check_ring(r, fp, w);
+    }
+  }
+
+  /// No unread message of an earlier collective of this communicator may wait in rank r's ring
+  /// to this rank (see check_posted); reliable once r has posted a phase of the current call,
+  /// since its sends of every earlier call were written before.
+  void check_ring(int r, const fingerprint& fp, const wait_context& w) const {
+    using namespace detail::shm_impl;
+    const int from = world(r), to = seg_->world_rank;
+    const std::uint64_t tail = seg_->received[static_cast<std::size_t>(from)];
+    if (seg_->ends(from, to).head.load(std::memory_order_acquire) - tail < 64) return;
+    struct {
+      std::uint64_t fp[fp_words];
+      std::uint64_t bytes, magic;
+    } hdr;
+    std::memcpy(&hdr, seg_->ring_data(from, to) + tail % seg_->lay.opt.ring_bytes, 64);
+    fingerprint theirs;
+    std::memcpy(&theirs, hdr.fp, sizeof theirs);
+    if (hdr.magic == message_magic && theirs.context == context_ && theirs.coll != collective::send_recv &&
+        theirs.seq <= fp.seq && theirs != fp)
+      throw mismatch_error(detail::where({fp, 0}, w.algorithm) + ": " + detail::describe_difference(fp, rank_, theirs, r) +
+                           "; rank " + std::to_string(r) + "'s message of its " + std::string(collective_name(theirs.coll)) +
+                           " #" + std::to_string(theirs.seq) + " to rank " + std::to_string(rank_) + " was never received");
   }
 
   // ---- shared allocation (zero copy) ------------------------------------------------------

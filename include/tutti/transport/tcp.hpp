@@ -48,6 +48,11 @@
 ///   that peer is itself stuck (it waits for a stopped rank, say), the error carries the peer's
 ///   message, so a chain of waiting ranks names the rank that holds them up, whichever of them
 ///   timed out first. A reader that finds a stall notice keeps waiting for the final one.
+/// - Ranks that disagree about a call may each wait to receive from the other (two ranks that
+///   each take the other for the root). A receive without its header after 20 ms writes a
+///   64-byte waiting notice (its fingerprint) to every peer, once per call, where the stream is
+///   between messages; a peer that meets it where it expects a header from a different call
+///   raises `mismatch_error` naming both, and drops it otherwise.
 #pragma once
 
 #ifndef ASIO_STANDALONE
@@ -118,6 +123,9 @@ inline constexpr std::uint64_t message_magic = 0x67736d2d69747475ull;  // "utti-
 inline constexpr std::uint64_t failure_magic = 0x6c69616669747475ull;  // "uttifail"
 inline constexpr std::uint64_t stall_magic = 0x6c61747369747475ull;    // "uttistal"
 inline constexpr std::uint64_t hello_magic = 0x6f6c6c6569747475ull;    // "uttiello"
+inline constexpr std::uint64_t waiting_magic = 0x7469617769747475ull;  // "uttiwait"
+/// A receive still without its header after this long tells the peer what it waits for.
+inline constexpr std::chrono::milliseconds waiting_notice_after{20};
 inline constexpr std::uint32_t hello_version = 1;
 inline constexpr std::size_t piece_bytes = std::size_t{256} << 10;    // recv_with hands pieces of this size
 inline constexpr std::size_t max_failure_text = 1024;
@@ -145,6 +153,7 @@ struct link {
 struct mesh {
   asio::io_context io;
   int world_rank = 0, world_size = 1;
+  fingerprint told{};  // the call this rank last sent waiting notices for (tcp::tell_waiting)
   tcp_options opt;
   bool oversubscribed = false;
   std::vector<std::vector<std::unique_ptr<link>>> peers;  // [world rank][stream]
@@ -562,6 +571,7 @@ class tcp {
     byte_consumer* consume;
     detail::tcp_impl::wire_header wire{};
     bool checked = false;
+    bool told = false;  // the peer has been sent a waiting notice for this message
     std::array<part, 16> parts;
     int count = 0;
   };
@@ -640,6 +650,7 @@ class tcp {
       if (now >= deadline) timed_out(out, in, w);
       if (w.aborted) detail::check_aborted(w, out ? out->h : in->h, rank_, out ? "to send to" : "to receive from",
                                            out ? out->peer : in->peer);
+      if (in && !in->checked && !in->told && now - start >= detail::tcp_impl::waiting_notice_after) tell_waiting(*in);
       nfds = 0;
       if (out)
         for (int i = 0; i < out->count; ++i) {
@@ -692,6 +703,10 @@ class tcp {
       if (ec && ec != asio::error::would_block && ec != asio::error::try_again && ec != asio::error::interrupted)
         lost(in.peer, in.h, w, "receiving from", ec);
       if (p.head_done < sizeof in.wire) return k > 0;
+      if (in.wire.magic == waiting_magic) {
+        waiting_notice(in, p, w);
+        return true;
+      }
       if (!check(in, p, w)) {  // a stall notice: the header comes later
         p.head_done = 0;
         p.l->in_clean = true;
@@ -764,6 +779,62 @@ class tcp {
     return true;
   }
 
+  /// Ranks that disagree about a call can wait to receive from each other, where nothing will
+  /// ever come (two ranks that each take the other for the root; with more ranks, a cycle).
+  /// So a receive still without its header after a moment writes a 64-byte notice of what it
+  /// waits for to every peer of the group, once per call, where its stream to that peer is
+  /// between messages and has room. A rank waiting for this one meets it where it expects a
+  /// header (see `waiting_notice`); the others drop it when they next read from this rank.
+  void tell_waiting(incoming& in) {
+    using namespace detail::tcp_impl;
+    in.told = true;
+    if (in.h.fp.coll == collective::send_recv) return;
+    wire_header h{};
+    h.magic = waiting_magic;
+    fingerprint fp = in.h.fp;
+    fp.context = context_;
+    std::memcpy(h.fp, &fp, sizeof fp);
+    auto& m = *mesh_;
+    if (m.told == fp) return;
+    m.told = fp;
+    for (int r = 0; r < size(); ++r) {
+      if (r == rank_) continue;
+      link& l = *m.peers[static_cast<std::size_t>(world(r))][0];
+      if (!l.clean || !l.sock.is_open()) continue;  // mid-message (or closed): no room for a notice
+      pollfd pf{l.fd(), POLLOUT, 0};
+      if (::poll(&pf, 1, 0) != 1 || !(pf.revents & POLLOUT)) continue;
+      asio::error_code ec;
+      const std::size_t k = l.sock.write_some(asio::buffer(&h, sizeof h), ec);
+      if (k > 0 && k < sizeof h) {
+        // Writable sockets take 64 bytes whole in practice; if not, finish the notice, briefly.
+        try {
+          io_by(l, reinterpret_cast<char*>(&h) + k, sizeof h - k, true,
+                std::chrono::steady_clock::now() + std::chrono::seconds(1), "writing a waiting notice");
+        } catch (const error&) {
+          l.clean = false;  // the stream is cut mid-notice: no failure notice may follow
+        }
+      }
+    }
+  }
+
+  /// A waiting notice from the peer where this rank expects the header of `in`: the peer waits
+  /// for this rank in a later call of this communicator, or in this call with other arguments,
+  /// while this rank waits for a message the peer has not sent (it would precede the notice):
+  /// `mismatch_error` naming both. Otherwise (an earlier call, the same call, another
+  /// communicator, point to point) the notice is stale or harmless: dropped, the header is next.
+  void waiting_notice(incoming& in, part& p, const wait_context& w) {
+    fingerprint theirs, mine = in.h.fp;
+    std::memcpy(&theirs, in.wire.fp, sizeof theirs);
+    mine.context = context_;
+    if (mine.coll != collective::send_recv && theirs.coll != collective::send_recv && theirs.context == context_ &&
+        (theirs.seq > mine.seq || (theirs.seq == mine.seq && theirs != mine)))
+      throw mismatch_error(detail::where(in.h, w.algorithm) + ": " + detail::describe_difference(mine, rank_, theirs, in.peer) +
+                           " (each waits for the other: " + name(in.peer) + " waits in " +
+                           std::string(collective_name(theirs.coll)) + " #" + std::to_string(theirs.seq) + ")");
+    p.head_done = 0;
+    p.l->in_clean = true;
+  }
+
   [[noreturn]] void lost(int peer, const header& h, const wait_context& w, const char* doing, const asio::error_code& ec) {
     // A peer that failed may have said why before closing, on a stream this rank was not reading
     // (it was sending): the notice is the next thing to read there.
@@ -781,13 +852,17 @@ class tcp {
     using namespace detail::tcp_impl;
     link& l = *mesh_->peers[static_cast<std::size_t>(world(peer))][0];
     if (!l.in_clean || !l.sock.is_open()) return {};
-    // At most a stall notice, then the failure notice.
-    std::string buf(2 * (sizeof(wire_header) + max_failure_text), '\0');
+    // Waiting notices (tell_waiting), at most a stall notice, then the failure notice.
+    std::string buf(4 * (sizeof(wire_header) + max_failure_text), '\0');
     const ssize_t k = ::recv(l.fd(), buf.data(), buf.size(), MSG_PEEK | MSG_DONTWAIT);
     std::string stalled = l.stalled;
     for (std::size_t at = 0; k > 0 && at + sizeof(wire_header) <= static_cast<std::size_t>(k);) {
       wire_header h;
       std::memcpy(&h, buf.data() + at, sizeof h);
+      if (h.magic == waiting_magic) {  // no text follows it
+        at += sizeof h;
+        continue;
+      }
       if (h.magic != failure_magic && h.magic != stall_magic) break;
       const std::size_t n = std::min<std::size_t>(h.bytes, max_failure_text);
       const std::size_t got = std::min(n, static_cast<std::size_t>(k) - at - sizeof h);
@@ -817,6 +892,10 @@ class tcp {
       const ssize_t k = ::recv(l.fd(), &h, sizeof h, MSG_PEEK | MSG_DONTWAIT);
       if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return l.stalled;
       if (k == static_cast<ssize_t>(sizeof h)) {
+        if (h.magic == waiting_magic) {  // stale or harmless here: drop it
+          if (::recv(l.fd(), &h, sizeof h, MSG_DONTWAIT) != static_cast<ssize_t>(sizeof h)) return l.stalled;
+          continue;
+        }
         if (h.magic != failure_magic && h.magic != stall_magic) return l.stalled;
         std::string buf(sizeof h + std::min<std::size_t>(h.bytes, max_failure_text), '\0');
         try {
