@@ -89,7 +89,7 @@ using samples = std::map<std::pair<int, std::size_t>, std::vector<double>>;
 
 /// Runs one child and adds its CSV rows to `into` (out-of-place time where the call has one).
 inline bool run_child(const std::string& self, const options& o, int np, const std::string& algo,
-                      const std::string& tutti_algo_env, samples& into, int& failures) {
+                      const std::string& tutti_algo_env, const std::string& collectives, samples& into, int& failures) {
   char tmpl[] = "/tmp/tutti_tune_XXXXXX";
   const int fd = ::mkstemp(tmpl);
   if (fd < 0) return false;
@@ -99,7 +99,7 @@ inline bool run_child(const std::string& self, const options& o, int np, const s
   if (!tutti_algo_env.empty()) cmd += "TUTTI_ALGO=" + shell_quote(tutti_algo_env) + " ";
   else cmd += "env -u TUTTI_ALGO ";
   cmd += shell_quote(self) + " --transport " + transport_name(o.transport) + " --np " + std::to_string(np) +
-         " --algo " + algo + " --collective all -b " + std::to_string(o.min_bytes) + " -e " + std::to_string(o.max_bytes) +
+         " --algo " + algo + " --collective " + collectives + " -b " + std::to_string(o.min_bytes) + " -e " + std::to_string(o.max_bytes) +
          " -f " + std::to_string(o.factor) + " -n " + std::to_string(o.iters) + " -w " + std::to_string(o.warmup) +
          " -c 0 --csv " + shell_quote(csv) + " >/dev/null 2>" + shell_quote(err);
   const int rc = std::system(cmd.c_str());
@@ -136,6 +136,13 @@ inline bool run_child(const std::string& self, const options& o, int np, const s
   return rc == 0;
 }
 
+inline tutti::algo::automatic::choice algo_choice(const std::string& a) {
+  for (int i = 0; i < 6; ++i)
+    if (tutti::algo::automatic::choice_name(static_cast<tutti::algo::automatic::choice>(i)) == a)
+      return static_cast<tutti::algo::automatic::choice>(i);
+  return tutti::algo::automatic::choice::direct;
+}
+
 inline double median(std::vector<double> v) {
   if (v.empty()) return NAN;
   std::sort(v.begin(), v.end());
@@ -170,11 +177,28 @@ inline int run_tune(const options& o, const tune_options& t, const char* argv0) 
                }().c_str(), o.min_bytes, o.max_bytes, o.factor, o.iters, o.warmup, t.reps, load[0]);
   std::fflush(stdout);
   int failures = 0;
+  auto run_fixed = [&](int np, const std::string& a, samples& into) {
+    std::string env, colls;
+    for (int c = 0; c < 8; ++c) {
+      const auto cc = static_cast<tutti::collective>(c);
+      if (a != "shared_memory" && !tutti::algo::automatic::supports(algo_choice(a), cc)) continue;
+      const std::string name(tutti::collective_name(cc));
+      env += (env.empty() ? "" : ",") + name + "=" + a;
+      colls += (colls.empty() ? "" : ",") + name;
+    }
+    run_child(self, o, np, "automatic", env, colls, into, failures);
+    run_child(self, o, np, a, "", "barrier", into, failures);
+  };
   std::vector<row_out> rows;
   std::map<int, std::map<std::string, samples>> fixed;  // np -> algo -> samples
   for (int np : t.np_list) {
+    // Each algorithm runs through TUTTI_ALGO for the collectives measured, and never for the
+    // barrier tutti-bench itself runs before each timed loop: that barrier decides how far
+    // apart the ranks start, which a few iterations of a rooted collective (broadcast, scatter:
+    // the root runs ahead) feel; so it is automatic's in every run, fixed or not. The barrier
+    // collective is measured in runs of its own.
     for (int r = 0; r < t.reps; ++r)
-      for (const auto& a : algos) run_child(self, o, np, a, "", fixed[np][a], failures);
+      for (const auto& a : algos) run_fixed(np, a, fixed[np][a]);
     // winners per collective
     for (int c = 0; c < 9; ++c) {
       std::vector<std::size_t> sizes;
@@ -292,13 +316,13 @@ inline int run_tune(const options& o, const tune_options& t, const char* argv0) 
   }
 
   // ---- automatic with the new table vs the best fixed algorithm -------------------------------
-  std::fprintf(stdout, "#\n# automatic (the new table, as TUTTI_ALGO) vs the best fixed algorithm, medians of %d\n", t.reps);
+  std::fprintf(stdout, "#\n# automatic (the new table, as TUTTI_ALGO) vs the best fixed algorithm, measured again interleaved, medians of %d\n", t.reps);
   std::fprintf(stdout, "# %-3s %-15s %10s  %-19s %10s %10s %7s\n", "np", "collective", "bytes", "best fixed", "best(us)",
                "auto(us)", "ratio");
   int flagged = 0, compared = 0;
   double worst = 0;
   for (int np : t.np_list) {
-    std::string env;
+    std::string env_main, env_barrier;
     for (int c = 0; c < 9; ++c) {
       std::string item;
       for (auto& r : rows)
@@ -308,16 +332,27 @@ inline int run_tune(const options& o, const tune_options& t, const char* argv0) 
           item += (item.empty() ? std::string(tutti::collective_name(static_cast<tutti::collective>(c))) + "=" : ",") +
                   r.alg + "@" + range;
         }
-      if (!item.empty()) env += (env.empty() ? "" : ",") + item;
+      if (item.empty()) continue;
+      if (c == static_cast<int>(tutti::collective::barrier)) env_barrier = item;
+      else env_main += (env_main.empty() ? "" : ",") + item;
     }
+    std::string colls;
+    for (int c = 0; c < 8; ++c) colls += (colls.empty() ? "" : ",") + std::string(tutti::collective_name(static_cast<tutti::collective>(c)));
+    // Measured again, each repetition running every fixed algorithm and then automatic, so
+    // that both sides of each ratio come from the same minutes of machine load.
     samples autos;
-    for (int r = 0; r < t.reps; ++r) run_child(self, o, np, "automatic", env, autos, failures);
+    std::map<std::string, samples> again;
+    for (int r = 0; r < t.reps; ++r) {
+      for (const auto& a : algos) run_fixed(np, a, again[a]);
+      run_child(self, o, np, "automatic", env_main, colls, autos, failures);
+      run_child(self, o, np, "automatic", env_barrier, "barrier", autos, failures);
+    }
     for (auto& [k, v] : autos) {
       double best = INFINITY;
       std::string best_a;
       for (auto& a : algos) {
-        auto it = fixed[np][a].find(k);
-        if (it != fixed[np][a].end() && median(it->second) < best) best = median(it->second), best_a = a;
+        auto it = again[a].find(k);
+        if (it != again[a].end() && median(it->second) < best) best = median(it->second), best_a = a;
       }
       if (best_a.empty()) continue;
       const double mine_t = median(v), ratio = mine_t / best;
