@@ -252,7 +252,11 @@ inline int run_tune(const options& o, const tune_options& t, const char* argv0) 
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
   ::gethostname(host, sizeof host - 1);
-  const std::string commit = command_output("git -C \"$(dirname \"$(readlink -f /proc/self/exe)\")\" rev-parse --short HEAD 2>/dev/null");
+  // the commit of the tree this program was built in (its directory's repository)
+  const std::string dir = self.substr(0, self.find_last_of('/') + 1);
+  std::string commit = command_output(("git -C " + shell_quote(dir.empty() ? "." : dir) + " rev-parse --short HEAD 2>/dev/null").c_str());
+  if (!commit.empty() && !command_output(("git -C " + shell_quote(dir.empty() ? "." : dir) + " status --porcelain --untracked-files=no 2>/dev/null").c_str()).empty())
+    commit += "+changes";
   char loadtxt[64];
   std::snprintf(loadtxt, sizeof loadtxt, "load %.2f", load[0]);
   const std::string source = "tutti-bench --tune, " + std::string(date) + ", " + host + " (" +

@@ -37,8 +37,8 @@ inline constexpr std::uint64_t any = ~std::uint64_t{0};
 // ---- BEGIN GENERATED ----
 /// The run that produced each kind's rows (nullptr: never tuned).
 inline constexpr const char* source[] = {
-    /* shm */ "tutti-bench --tune, 2026-11-29 18:19 UTC, vm (2 cores, load 3.29), tutti unknown: ./build/tools/tutti-bench --tune --transport shm --np-list 2,4 -b 1K -e 1M -f 4 -n 40 -w 5 --reps 5 --out include/tutti/algorithm/tuned_table.hpp",
-    /* tcp */ "tutti-bench --tune, 2026-11-29 18:19 UTC, vm (2 cores, load 4.14), tutti unknown: ./build/tools/tutti-bench --tune --transport tcp --np-list 2,4 -b 1K -e 1M -f 4 -n 40 -w 5 --reps 5 --out include/tutti/algorithm/tuned_table.hpp",
+    /* shm */ "tutti-bench --tune, 2026-11-29 18:19 UTC, vm (2 cores, load 3.29), tutti fe4b155+changes (tune.hpp as in the next commit): ./build/tools/tutti-bench --tune --transport shm --np-list 2,4 -b 1K -e 1M -f 4 -n 40 -w 5 --reps 5 --out include/tutti/algorithm/tuned_table.hpp",
+    /* tcp */ "tutti-bench --tune, 2026-11-29 18:19 UTC, vm (2 cores, load 4.14), tutti fe4b155+changes (tune.hpp as in the next commit): ./build/tools/tutti-bench --tune --transport tcp --np-list 2,4 -b 1K -e 1M -f 4 -n 40 -w 5 --reps 5 --out include/tutti/algorithm/tuned_table.hpp",
     /* threads */ nullptr,
 };
 inline constexpr row rows[] = {
