@@ -172,11 +172,14 @@ struct automatic {
       const tuned::row* r = tuned_row(*k, c, bytes, p);
       if (r && (r->a != tuned::alg::shared_memory || windows)) {
         if (why) {
-          const auto src = tuned::source[static_cast<int>(*k)];
+          // the run, shortened to its first two fields ("tutti-bench --tune, <date>")
+          std::string src = tuned::source[static_cast<int>(*k)] ? tuned::source[static_cast<int>(*k)] : "";
+          if (const auto c1 = src.find(", "); c1 != std::string::npos)
+            if (const auto c2 = src.find(", ", c1 + 2); c2 != std::string::npos) src.resize(c2);
           *why = std::string("tuned table for ") + tuned::kind_names[static_cast<int>(*k)] + ", " +
                  (r->p_lo == r->p_hi ? std::to_string(r->p_lo) : std::to_string(r->p_lo) + ".." + std::to_string(r->p_hi)) +
-                 " ranks, " + range_text({static_cast<std::size_t>(r->lo), static_cast<std::size_t>(r->hi)}) + " bytes" +
-                 (src ? std::string(" (") + src + ")" : std::string());
+                 " ranks, " + range_text({static_cast<std::size_t>(r->lo), static_cast<std::size_t>(r->hi)}) +
+                 (r->lo == 0 && r->hi == tuned::any ? "" : " bytes") + (src.empty() ? std::string() : " (" + src + ")");
         }
         return static_cast<choice>(r->a);
       }
