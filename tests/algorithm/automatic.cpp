@@ -135,8 +135,12 @@ TEST_CASE("automatic precedence: TUTTI_ALGO > tuned table > windows > rule") {
     std::string why;
     CHECK(a.choose(r.coll, bytes, r.p_lo, none, windows, r.k, &why) == static_cast<choice>(found->a));
     CHECK(has(why, "tuned table for"));
-    const auto over = automatic::override_table::parse(std::string(tutti::collective_name(r.coll)) + "=direct@<=max");
-    (void)over;
+    // and a TUTTI_ALGO range covering the size beats the row
+    const auto other = found->a == tutti::algo::tuned::alg::shared_memory ? choice::direct : choice::shared_memory;
+    const auto over = automatic::override_table::parse(std::string(tutti::collective_name(r.coll)) + "=" +
+                                                       std::string(automatic::choice_name(other)) + "@>=0");
+    CHECK(a.choose(r.coll, bytes, r.p_lo, over, windows, r.k, &why) == other);
+    CHECK(has(why, "TUTTI_ALGO "));
   }
   // No table for a kind-less transport: windows, then the rule.
   std::string why;
