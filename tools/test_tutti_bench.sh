@@ -85,7 +85,7 @@ bad_flags)
     "-n|-n needs a value"
     "--frobnicate|unknown flag --frobnicate"
     "--osu=1|--osu takes no value"
-    "--tune|--tune is not implemented"
+    "--tune --algo ring|--tune measures every algorithm itself"
   )
   for c in "${cases[@]}"; do
     flags=${c%%|*} want=${c#*|}

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "bench.hpp"
+#include "tune.hpp"
 
 namespace tutti_bench {
 
@@ -58,7 +59,14 @@ all_to_all and reduce_scatter out of place only).
   --osu                    OSU-style tables (Size, Avg/Min/Max Latency(us), Iterations)
   --time-per-size S        with -n 0: seconds per size (default 0.25)
   --progress               progress line on stderr even when it is not a terminal
-  --tune                   reserved for the tuner (not in this build)
+  --tune                   measure every fixed algorithm per collective and size (over
+                           --transport, at each --np-list size, all collectives), write the
+                           tuned table automatic uses, then print automatic (with that table)
+                           vs the best fixed algorithm per size, flagging ratios over 1.10
+  --np-list N,N,...        --tune: the group sizes to measure (default 2,4)
+  --reps R                 --tune: repetitions per algorithm; the median counts (default 3)
+  --out FILE               --tune: the tuned_table.hpp to update (this transport's rows and
+                           source are replaced, the others kept); default: rows on stdout
   -h, --help               this text
 
 Time is the slowest rank's mean time per call; busbw = algbw x the nccl-tests factor
@@ -127,6 +135,8 @@ bool transport_built(transport_kind t) {
 
 struct parsed {
   options o;
+  bool tune = false;
+  tune_options t;
   bool collectives_all = false;
   bool help = false;
 };
@@ -170,10 +180,21 @@ parsed parse_command_line(int argc, char** argv) {
       if (v.empty() || *end || !(o.seconds_per_size > 0) || o.seconds_per_size > 3600)
         throw usage_error_exit("--time-per-size " + v + ": expected seconds, like 0.25");
     } else if (flag == "--tune") {
-      // Hook for the tuner (issue 5): it would sweep --algo per collective and size and print
-      // a TUTTI_ALGO value. Not part of this build; the flag is reserved so that it is not
-      // mistaken for something else.
-      throw usage_error_exit("--tune is not implemented in this build of tutti-bench");
+      no_value(), p.tune = true;
+    } else if (flag == "--np-list") {
+      const std::string v = next();
+      p.t.np_list.clear();
+      std::string_view rest = v;
+      while (true) {
+        const auto comma = rest.find(',');
+        p.t.np_list.push_back(static_cast<int>(parse_int(flag, rest.substr(0, comma), 2, 4096)));
+        if (comma == std::string_view::npos) break;
+        rest.remove_prefix(comma + 1);
+      }
+    } else if (flag == "--reps") {
+      p.t.reps = static_cast<int>(parse_int(flag, next(), 1, 1000));
+    } else if (flag == "--out") {
+      p.t.out = next();
     } else if (flag == "-d" || flag == "--datatype") {
       const std::string v = next();
       if (v == "float" || v == "float32") o.dtype = dtype_kind::f32;
@@ -542,6 +563,19 @@ int main(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) {
     if (i) o.command_line += ' ';
     o.command_line += argv[i];
+  }
+  if (p.tune) {
+    if (o.algo != "automatic" || o.transport == transport_kind::mpi || o.iters == 0) {
+      std::fprintf(stderr, "tutti-bench: --tune measures every algorithm itself over shm, tcp or threads, with -n N > 0 "
+                           "(no --algo, no --transport mpi)\n");
+      return 2;
+    }
+    try {
+      return run_tune(o, p.t, argv[0]);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "tutti-bench --tune: %s\n", e.what());
+      return 1;
+    }
   }
   try {
     // --algo X: every communicator of this process takes X through TUTTI_ALGO (one name: every

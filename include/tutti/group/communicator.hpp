@@ -95,13 +95,11 @@ class communicator {
         overrides_(algo::automatic::override_table::parse(cfg_.algo_override)),
         recorder_(t_.rank(), t_.size(), 0) {
     if constexpr (!shared_window<Transport>)
-      for (const auto& o : overrides_.per_collective)
-        if (o == algo::automatic::choice::shared_memory)
+      if (overrides_.names(algo::automatic::choice::shared_memory))
           throw config_error("TUTTI_ALGO names shared_memory, which needs a transport with shared windows "
                              "(tutti::shm); this communicator's transport has none");
     if constexpr (!native_collectives<Transport>)
-      for (const auto& o : overrides_.per_collective)
-        if (o == algo::automatic::choice::native)
+      if (overrides_.names(algo::automatic::choice::native))
           throw config_error("TUTTI_ALGO names native, which needs a transport with collectives of its own "
                              "(tutti::mpi); this communicator's transport has none");
   }
@@ -424,6 +422,26 @@ class communicator {
     return shared_buffer<T, Transport>(t_, n);
   }
 
+  /// Which algorithm a collective `c` of `bytes` would run on this communicator, and why: the
+  /// line `TUTTI_DEBUG=info` prints per call. `bytes` as the collective passes it: the whole
+  /// buffer (broadcast, reduce, all_reduce, reduce_scatter's input), one rank's block (gather,
+  /// all_gather, scatter, all_to_all), 0 (barrier). Local: no communication.
+  std::string explain(collective c, std::size_t bytes) const {
+    if constexpr (std::is_same_v<Algorithm, algo::automatic>) {
+      if (size() == 1) return std::string(collective_name(c)) + " on 1 rank: nothing to communicate";
+      std::string why;
+      bool windows = false;
+      [&]<std::size_t... I>(std::index_sequence<I...>) {
+        ((c == static_cast<collective>(I) ? void(windows = algorithm_for<algo::shared_memory, static_cast<collective>(I), Transport>) : void()), ...);
+      }(std::make_index_sequence<9>{});
+      const auto choice = algo_.choose(c, bytes, size(), overrides_, windows, algo::tuned_kind_of<Transport>, &why);
+      return explain_text(c, bytes, choice, why);
+    } else {
+      return std::string(collective_name(c)) + " of " + std::to_string(bytes) + " bytes on " + std::to_string(size()) +
+             " ranks: " + std::string(Algorithm::name) + " (the communicator's algorithm; automatic would consult TUTTI_ALGO)";
+    }
+  }
+
   /// The context id of this communicator (0 for the world).
   std::uint64_t context() const noexcept { return context_; }
 
@@ -447,11 +465,11 @@ class communicator {
     const auto& a = pick(a0);
     using A = std::remove_cvref_t<decltype(a)>;
     if constexpr (std::is_same_v<A, algo::automatic>) {
-      const auto choice = a.choose(C, bytes, size(), overrides_, algorithm_for<algo::shared_memory, C, Transport>);
-      if (cfg_.debug == log_level::info)
-        detail::log(log_level::info, cfg_, rank(),
-                    std::string(collective_name(C)) + " of " + std::to_string(bytes) + " bytes on " +
-                        std::to_string(size()) + " ranks: " + std::string(algo::automatic::choice_name(choice)));
+      const bool info = cfg_.debug == log_level::info;
+      std::string why;
+      const auto choice = a.choose(C, bytes, size(), overrides_, algorithm_for<algo::shared_memory, C, Transport>,
+                                   algo::tuned_kind_of<Transport>, info ? &why : nullptr);
+      if (info) detail::log(log_level::info, cfg_, rank(), explain_text(C, bytes, choice, why));
       a.visit(choice, [&](const auto& concrete) {
         using CA = std::remove_cvref_t<decltype(concrete)>;
         if constexpr (algorithm_for<CA, C, Transport>)
@@ -463,6 +481,11 @@ class communicator {
     } else {
       execute(a, fp, body);
     }
+  }
+
+  std::string explain_text(collective c, std::size_t bytes, algo::automatic::choice choice, const std::string& why) const {
+    return std::string(collective_name(c)) + " of " + std::to_string(bytes) + " bytes on " + std::to_string(size()) +
+           " ranks: " + std::string(algo::automatic::choice_name(choice)) + " (" + why + ")";
   }
 
   template <class A, class Body>
