@@ -272,6 +272,16 @@ inline bool oversubscribed() {
   return false;
 }
 
+/// Buffers of waiting notices that a broken communicator gave up on while MPI may still read
+/// them: they live as long as the process, reachable from here (so leak checkers, rightly, do not
+/// call them leaks).
+inline void keep_until_exit(std::unique_ptr<std::uint64_t[]> buf) {
+  static std::mutex m;
+  static auto* kept = new std::vector<std::unique_ptr<std::uint64_t[]>>;
+  std::lock_guard lock(m);
+  kept->push_back(std::move(buf));
+}
+
 /// One transport's communicator and what its copies share.
 struct comm_state {
   MPI_Comm comm = MPI_COMM_NULL;
@@ -294,7 +304,7 @@ struct comm_state {
     if (broken) {
       for (auto& [req, buf] : waiting) {
         MPI_Request_free(&req);
-        (void)buf.release();  // MPI may still read it
+        keep_until_exit(std::move(buf));  // MPI may still read it
       }
       return;
     }
