@@ -22,16 +22,19 @@ ctest --test-dir build --output-on-failure -j "$jobs" --timeout 600
 
 [[ ${1:-} == --quick ]] && exit 0
 
+# The sanitizer builds compile at -O0 with line tables only (-g1): enough for their reports' file
+# and line, and about 2.5x quicker to build than -O1 -g (the ASan build: 7 min instead of 19 on
+# 2 cores), for about 50 s more of test time.
+sanitizer_flags=(-DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DTUTTI_BUILD_BENCH=OFF)
+
 step "test under AddressSanitizer + UndefinedBehaviorSanitizer"
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTUTTI_SANITIZE=address,undefined \
-  -DTUTTI_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS=-O1 >/dev/null
+cmake -S . -B build-asan -G Ninja "${sanitizer_flags[@]}" -DTUTTI_SANITIZE=address,undefined >/dev/null
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 900
 
 step "multi-rank thread tests under ThreadSanitizer"
-cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTUTTI_SANITIZE=thread \
-  -DTUTTI_BUILD_BENCH=OFF -DTUTTI_BUILD_EXAMPLES=OFF -DCMAKE_CXX_FLAGS=-O1 >/dev/null
+cmake -S . -B build-tsan -G Ninja "${sanitizer_flags[@]}" -DTUTTI_SANITIZE=thread -DTUTTI_BUILD_EXAMPLES=OFF >/dev/null
 cmake --build build-tsan -j "$jobs" --target tutti_tests
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   ctest --test-dir build-tsan --output-on-failure -j "$jobs" -L multirank --timeout 900
