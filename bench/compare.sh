@@ -7,7 +7,7 @@
 #
 #   bench/compare.sh --collective all_gather --transport shm --np 2 [-b 1K -e 16M -f 2 -n 20 -w 5]
 #       [-d float] [-o sum] [-r 0] [--in-place 0|1] [--build DIR] [--tutti-bench PATH]
-#       [--tutti-csv FILE] [--out DIR] [--latency-max BYTES]
+#       [--tutti-csv FILE] [--out DIR] [--latency-max BYTES] [--peer-limit SECONDS]
 #
 # Peers by transport: shm: Open MPI with --mca btl self,vader (its shared-memory btl, single copy
 # by CMA as Open MPI defaults; retried with btl_vader_single_copy_mechanism none, and said so,
@@ -15,6 +15,8 @@
 # Every run checks its results (-c 1); a size whose #wrong is not 0 is marked "!" and is never
 # anyone's best. --in-place 0|1 picks the placement compared; by default the one tutti-bench has
 # (in place for broadcast and reduce, out of place for the others).
+# --peer-limit S (default 300): stop the Gloo run after S seconds and keep the sizes it measured
+# (Gloo's tcp pairs can stall for seconds per call at some sizes, e.g. all_reduce at 4 ranks).
 # --tutti-csv FILE: take tutti's figures from a CSV tutti-bench wrote earlier instead of running it.
 # The tutti-bench binary: --tutti-bench, else the first tutti-bench under the build dir; without
 # one, the peers alone are compared (and the script says so).
@@ -25,7 +27,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 coll="" transport="" np="" build="$here/../build" tutti_bench="" tutti_csv="" out="$here/out"
-in_place="" latency_max=65536
+in_place="" latency_max=65536 peer_limit=300
 sweep=()
 usage() { sed -n '8,10p' "$0" | sed 's/^# \{0,3\}//' >&2; exit 2; }
 while (($#)); do
@@ -40,6 +42,7 @@ while (($#)); do
     --out) out=$2 ;;
     --in-place) in_place=$2 ;;
     --latency-max) latency_max=$2 ;;
+    --peer-limit) peer_limit=$2 ;;
     -b | -e | -f | -n | -w | -d | -o | -r) sweep+=("$1" "$2") ;;
     *) echo "compare.sh: unknown flag $1" >&2; usage ;;
   esac
@@ -122,9 +125,13 @@ else
 fi
 if [[ $transport == tcp ]]; then
   if [[ -x $gloo_peer && -x $tuttirun ]]; then
-    if "$tuttirun" --nproc-per-node="$np" --no-prefix "$gloo_peer" "${peer_flags[@]}" --csv "$work/gloo.csv" \
-      >"$work/gloo.log" 2>&1; then
+    rc=0
+    timeout "$peer_limit" "$tuttirun" --nproc-per-node="$np" --no-prefix "$gloo_peer" "${peer_flags[@]}" \
+      --csv "$work/gloo.csv" >"$work/gloo.log" 2>&1 || rc=$?
+    if ((rc == 0)); then
       notes+=("gloo: $(head -1 "$work/gloo.log" | sed 's/^# //')")
+    elif ((rc == 124)) && [[ -s $work/gloo.csv ]]; then
+      notes+=("gloo: stopped after ${peer_limit} s (--peer-limit), its largest size measured $(tail -1 "$work/gloo.csv" | cut -d, -f9) B; larger sizes not measured")
     else
       notes+=("gloo: failed: $(tail -3 "$work/gloo.log" | tr '\n' ' ' | cut -c1-200)")
       rm -f "$work/gloo.csv"

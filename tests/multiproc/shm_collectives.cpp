@@ -131,3 +131,59 @@ TEST_CASE("over shm: comm.allocate buffers are read in place, alone or mixed wit
 }
 
 TEST_SUITE_END();
+
+TEST_SUITE_BEGIN("multiproc");
+
+TEST_CASE("over shm: block collectives with large blocks, read from their owners or through the windows") {
+  auto& comm = world();
+  const int me = comm.rank(), p = comm.size();
+  const auto P = static_cast<std::size_t>(p), R = static_cast<std::size_t>(me);
+  const std::size_t blk = 70001;  // 280 KB of floats: past single_copy_block_bytes, not a window multiple
+  auto val = [](std::size_t owner, std::size_t i) { return value<float>(static_cast<int>(owner), i); };
+  for (bool single : {true, false}) {
+    CAPTURE(single);
+    const algo::shared_memory a{.single_copy = single};
+    // Even ranks pass inputs in their arena (comm.allocate), odd ranks plain memory.
+    auto shared = comm.allocate<float>(blk * P);
+    std::vector<float> plain(blk * P);
+    float* in = me % 2 == 0 ? shared.data() : plain.data();
+
+    for (std::size_t i = 0; i < blk; ++i) in[i] = val(R, i);
+    std::vector<float> out(blk * P), want(blk * P);
+    for (std::size_t r = 0; r < P; ++r)
+      for (std::size_t i = 0; i < blk; ++i) want[r * blk + i] = val(r, i);
+    comm.all_gather(view<const float>(in, blk), view(out), a);
+    expect_equal(out, want, "all_gather, large blocks");
+
+    std::vector<float> inplace(blk * P, -1.0f);
+    for (std::size_t i = 0; i < blk; ++i) inplace[R * blk + i] = val(R, i);
+    comm.all_gather(view<const float>(inplace.data() + R * blk, blk), view(inplace), a);
+    expect_equal(inplace, want, "all_gather in place, large blocks");
+
+    for (int root : {0, p - 1}) {
+      std::vector<float> g(me == root ? blk * P : 0);
+      comm.gather(view<const float>(in, blk), view(g), root, a);
+      if (me == root) expect_equal(g, want, "gather, large blocks, root " + std::to_string(root));
+    }
+
+    for (int root : {p - 1, 0}) {
+      if (me == root)
+        for (std::size_t r = 0; r < P; ++r)
+          for (std::size_t i = 0; i < blk; ++i) in[r * blk + i] = val(r + 100, i);
+      std::vector<float> s(blk), swant(blk);
+      for (std::size_t i = 0; i < blk; ++i) swant[i] = val(R + 100, i);
+      comm.scatter(view<const float>(in, me == root ? blk * P : 0), view(s), root, a);
+      expect_equal(s, swant, "scatter, large blocks, root " + std::to_string(root));
+    }
+
+    for (std::size_t r = 0; r < P; ++r)
+      for (std::size_t i = 0; i < blk; ++i) in[r * blk + i] = val(R * P + r, i);
+    std::vector<float> t(blk * P), twant(blk * P);
+    for (std::size_t r = 0; r < P; ++r)
+      for (std::size_t i = 0; i < blk; ++i) twant[r * blk + i] = val(r * P + R, i);
+    comm.all_to_all(view<const float>(in, blk * P), view(t), a);
+    expect_equal(t, twant, "all_to_all, large blocks");
+  }
+}
+
+TEST_SUITE_END();

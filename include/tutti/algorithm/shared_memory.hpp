@@ -23,6 +23,10 @@
 /// | all_to_all     | copy every block in, post; copy own block out of every slot            |
 /// | barrier        | post, wait for every peer's post                                       |
 ///
+/// all_gather, gather, scatter and all_to_all with blocks of at least `single_copy_block_bytes`,
+/// where peers' memory is readable: no windows; each rank reads the blocks it needs straight from
+/// their owners' buffers (see `single_copy_blocks`).
+///
 /// On a communicator without windows (a sub-group), each collective runs the point-to-point
 /// schedule `automatic` would pick instead.
 #pragma once
@@ -79,6 +83,11 @@ struct shared_memory {
   /// copy costs a system call and pins pages, and small blocks stay in cache anyway.
   bool single_copy = true;
   std::size_t single_copy_bytes = std::size_t{2} << 20;
+  /// all_gather, gather, scatter and all_to_all read each block straight from its owner's
+  /// buffer (process_vm_readv, where `single_copy` and the probe allow it) once a rank's block
+  /// (one rank's share) is at least this large: one kernel copy per byte instead of a copy into
+  /// a window and one out of it.
+  std::size_t single_copy_block_bytes = std::size_t{128} << 10;
 
   template <class Ch, class T, class Op>
     requires shared_window<typename Ch::transport_type>
@@ -168,6 +177,12 @@ struct shared_memory {
     phases<Ch> ph(ch);
     const int p = ch.size();
     const std::size_t blk = in.size(), chunk = ph.template elems<T>(1);
+    if (reads_blocks(ph, in.size_bytes())) {
+      const int me = ch.rank();
+      return single_copy_blocks(ph, in, true, [&](auto& read) {
+        for (int r = 0; r < p; ++r) read(r, 0, in.size_bytes(), out.data() + static_cast<std::size_t>(r) * blk);
+      }, [&] { move_own(out.data() + static_cast<std::size_t>(me) * blk, in.data(), blk); });
+    }
     for_each_chunk(blk, chunk, [&](std::size_t at, std::size_t m) {
       const auto g = ph.begin();
       copy_in(ph.mine(g), in.data() + at, m * sizeof(T));
@@ -216,6 +231,13 @@ struct shared_memory {
     phases<Ch> ph(ch);
     const int p = ch.size();
     const std::size_t blk = in.size(), chunk = ph.template elems<T>(1);
+    if (reads_blocks(ph, in.size_bytes())) {
+      const bool root_here = ch.rank() == root;
+      return single_copy_blocks(ph, in, true, [&](auto& read) {
+        if (root_here)
+          for (int r = 0; r < p; ++r) read(r, 0, in.size_bytes(), out.data() + static_cast<std::size_t>(r) * blk);
+      }, [&] { if (root_here) move_own(out.data() + static_cast<std::size_t>(root) * blk, in.data(), blk); });
+    }
     for_each_chunk(blk, chunk, [&](std::size_t at, std::size_t m) {
       const auto g = ph.begin();
       copy_in(ph.mine(g), in.data() + at, m * sizeof(T));
@@ -233,6 +255,11 @@ struct shared_memory {
     phases<Ch> ph(ch);
     const int p = ch.size(), me = ch.rank();
     const std::size_t blk = out.size(), chunk = ph.template elems<T>(p);
+    if (reads_blocks(ph, out.size_bytes())) {
+      return single_copy_blocks(ph, in, me == root, [&](auto& read) {
+        read(root, static_cast<std::size_t>(me) * out.size_bytes(), out.size_bytes(), out.data());
+      }, [&] { if (me == root) move_own(out.data(), in.data() + static_cast<std::size_t>(me) * blk, blk); });
+    }
     for_each_chunk(blk, chunk, [&](std::size_t at, std::size_t m) {
       const auto g = ph.begin();
       if (me == root)
@@ -251,6 +278,12 @@ struct shared_memory {
     phases<Ch> ph(ch);
     const int p = ch.size(), me = ch.rank();
     const std::size_t blk = in.size() / static_cast<std::size_t>(p), chunk = ph.template elems<T>(p);
+    if (reads_blocks(ph, blk * sizeof(T))) {
+      const std::size_t bytes = blk * sizeof(T);
+      return single_copy_blocks(ph, in, true, [&](auto& read) {
+        for (int r = 0; r < p; ++r) read(r, static_cast<std::size_t>(me) * bytes, bytes, out.data() + static_cast<std::size_t>(r) * blk);
+      }, [&] { move_own(out.data() + static_cast<std::size_t>(me) * blk, in.data() + static_cast<std::size_t>(me) * blk, blk); });
+    }
     for_each_chunk(blk, chunk, [&](std::size_t at, std::size_t m) {
       const auto g = ph.begin();
       pack_blocks(ph.mine(g), in, p, blk, at, m);
@@ -311,6 +344,40 @@ struct shared_memory {
     ph.wait_all(a + 2);
   }
 
+  /// Whether the block collectives read blocks of `block_bytes` straight from their owners.
+  template <class Ph>
+  bool reads_blocks(const Ph& ph, std::size_t block_bytes) const {
+    return single_copy && block_bytes >= single_copy_block_bytes && ph.single_copy();
+  }
+
+  /// The block collectives without windows (see `single_copy_block_bytes`). Phase a: every rank
+  /// that has an input offers it where it lies (`offers`), posts, and waits for every peer's
+  /// post; `reads(read)` then copies what this rank needs, `read(r, offset, bytes, dst)` taking
+  /// `bytes` at byte `offset` of rank r's input (never this rank's own: `own()` copies that).
+  /// Phase b: nobody reads this rank's input once every peer has posted it, so it may return.
+  /// Every rank posts and waits at both phases, so fingerprints are compared as in the windows.
+  template <class Ph, class T, class Reads, class Own>
+  void single_copy_blocks(Ph& ph, view<const T> in, bool offers, Reads reads, Own own) const {
+    const int me = ph.rank();
+    const auto a = ph.begin();
+    if (offers) ph.offer_source(a, in.data(), in.size_bytes(), true);
+    ph.post(a);
+    ph.wait_all(a);
+    auto read = [&](int r, std::size_t offset, std::size_t bytes, T* dst) {
+      if (r != me) ph.copy_source(r, a, offset, bytes, reinterpret_cast<std::byte*>(dst));
+    };
+    reads(read);
+    own();
+    ph.post(a + 1);
+    ph.wait_all(a + 1);
+  }
+
+  /// This rank's own block, from `src` to `dst` (which may overlap: in place).
+  template <class T>
+  static void move_own(T* dst, const T* src, std::size_t n) {
+    if (n && dst != src) std::memmove(dst, src, n * sizeof(T));
+  }
+
   /// One call's view of the windows: phase bookkeeping and slot addresses.
   template <class Ch>
   class phases {
@@ -318,6 +385,7 @@ struct shared_memory {
     explicit phases(Ch& ch) : ch_(ch), t_(ch.transport()), fp_(ch.fp()), w_(ch.wait()) {}
 
     int size() const { return ch_.size(); }
+    int rank() const { return ch_.rank(); }
     std::size_t half_bytes() const { return t_.window_bytes() / 2; }
     /// Elements of T per slot when a slot holds `parts` equal parts (at least 1, 64-byte multiples).
     template <class T>
