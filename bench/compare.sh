@@ -131,7 +131,7 @@ if [[ $transport == tcp ]]; then
     if ((rc == 0)); then
       notes+=("gloo: $(head -1 "$work/gloo.log" | sed 's/^# //')")
     elif ((rc == 124)) && [[ -s $work/gloo.csv ]]; then
-      notes+=("gloo: stopped after ${peer_limit} s (--peer-limit), its largest size measured $(tail -1 "$work/gloo.csv" | cut -d, -f9) B; larger sizes not measured")
+      notes+=("gloo: stopped after ${peer_limit} s (--peer-limit) in $(tail -1 "$work/gloo.csv" | cut -d, -f4) at $(tail -1 "$work/gloo.csv" | cut -d, -f9) B; what it measured is kept, the rest is missing")
     else
       notes+=("gloo: failed: $(tail -3 "$work/gloo.log" | tr '\n' ' ' | cut -c1-200)")
       rm -f "$work/gloo.csv"

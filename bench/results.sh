@@ -64,6 +64,18 @@ done
   echo "- Peers: $(mpirun --version 2>/dev/null | head -1 || echo 'no Open MPI'); Gloo from Debian ($(dpkg-query -W -f '${Version}' libgloo-dev 2>/dev/null || echo 'not installed'))"
   echo "- Each table: busbw by size for every tutti algorithm and every peer; ratio = tutti's best / the peers' best"
   echo "  (\"!\" marks a size whose check failed). Then latency up to 64 KiB, ratio = the peers' best time / tutti's best."
+  echo
+  echo "## Summary (bench/summary.awk over the CSVs below)"
+  echo
+  csvs=()
+  for transport in shm tcp; do
+    for np in 2 3 4 5 6 7 8; do
+      for coll in broadcast reduce all_reduce gather all_gather scatter all_to_all reduce_scatter barrier; do
+        [[ -f $out/${coll}_${transport}_np${np}.csv ]] && csvs+=("$out/${coll}_${transport}_np${np}.csv")
+      done
+    done
+  done
+  ((${#csvs[@]})) && awk -f "$here/summary.awk" "${csvs[@]}"
   for transport in shm tcp; do
     for np in 2 3 4 5 6 7 8; do
       for coll in broadcast reduce all_reduce gather all_gather scatter all_to_all reduce_scatter barrier; do

@@ -172,7 +172,10 @@ inline int run_tune(const options& o, const tune_options& t, const char* argv0) 
   std::fprintf(stdout, "# tutti-bench --tune: transport %s, np %s, sizes %zu..%zu x%zu, -n %d -w %d, %d repetitions, load %.2f\n",
                transport_name(o.transport), [&] {
                  std::string s;
-                 for (int n : t.np_list) s += (s.empty() ? "" : ",") + std::to_string(n);
+                 for (int n : t.np_list) {
+                   if (!s.empty()) s += ',';
+                   s += std::to_string(n);
+                 }
                  return s;
                }().c_str(), o.min_bytes, o.max_bytes, o.factor, o.iters, o.warmup, t.reps, load[0]);
   std::fflush(stdout);
