@@ -182,6 +182,7 @@ struct segment {
   std::vector<int> pids;
   std::vector<unique_fd> pidfds;
   std::uint64_t my_phase = 0;
+  std::uint64_t compared_all = 0;  // the last phase whose every peer's fingerprint wait_all compared
   bool oversubscribed = false;
   std::vector<std::uint64_t> sent, received;  // local copies of my ring heads (per dst) and tails (per src)
   bool single_copy = false;                   // peers' inputs may be read with process_vm_readv
@@ -417,6 +418,7 @@ class shm {
   void wait_all(std::uint64_t g, const fingerprint& fp, bool compare, const wait_context& w) {
     for (int r = 0; r < size(); ++r)
       if (r != rank_) wait_phase(r, g, fp, compare, w);
+    if (compare) seg_->compared_all = g;
   }
   /// At the start of a step on the windows, once every peer has posted g (this rank's last
   /// phase), for the call `fp`: catches what no wait of the earlier steps compared.
@@ -428,11 +430,14 @@ class shm {
   ///   its ring to this rank: ranks that disagreed about a point-to-point schedule (two ranks
   ///   that each took itself for the root) finish it with messages nobody receives, and the
   ///   windows never read the rings.
-  /// Reads only control lines and ring heads; no extra synchronisation.
+  /// Reads only control lines and ring heads; no extra synchronisation. The fingerprints are not
+  /// read again where this rank's own wait_all at g compared every peer: a peer it found already
+  /// past g had run this check at g while this rank was still at g, comparing ours (measured:
+  /// 0.1 us of a 0.6 us 8-byte all_reduce at 2 ranks).
   void check_posted(std::uint64_t g, const fingerprint& fp, const wait_context& w) const {
     using namespace detail::shm_impl;
     auto& me = seg_->ctl(seg_->world_rank);
-    const bool posted = g > 0 && me.fp_gen.load(std::memory_order_relaxed) == 2 * g + 2;
+    const bool posted = g > 0 && seg_->compared_all != g && me.fp_gen.load(std::memory_order_relaxed) == 2 * g + 2;
     const fingerprint mine = posted ? load_fp(me.phase_fp) : fingerprint{};
     for (int r = 0; r < size(); ++r) {
       if (r == rank_) continue;
