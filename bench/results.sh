@@ -11,7 +11,8 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 build=$here/../build
 transports="shm tcp" nps="2 4"
-collectives="broadcast reduce all_reduce gather all_gather scatter all_to_all reduce_scatter barrier"
+all_collectives="broadcast reduce all_reduce gather all_gather scatter all_to_all reduce_scatter barrier"
+collectives=$all_collectives
 sweep=(-b 16 -e 64M -f 4 -n 10 -w 3)
 custom_sweep=()
 while (($#)); do
@@ -30,6 +31,19 @@ done
 out=$here/results
 mkdir -p "$out"
 tables=$out/tables.md
+# Every section file with extension $1 in $out, in the order of the tables (transport, ranks,
+# collective), whichever runs wrote them.
+sections() {
+  local transport np coll
+  for transport in shm tcp; do
+    for np in 2 3 4 5 6 7 8; do
+      for coll in $all_collectives; do
+        [[ -f $out/${coll}_${transport}_np${np}.$1 ]] && echo "$out/${coll}_${transport}_np${np}.$1"
+      done
+    done
+  done
+  return 0
+}
 commit=$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)
 # One section per (transport, ranks, collective) in $out/<collective>_<transport>_np<N>.md, each
 # saying when and at which commit it ran; tables.md is rebuilt from every section there, so a
@@ -67,21 +81,9 @@ done
   echo
   echo "## Summary (bench/summary.awk over the CSVs below)"
   echo
-  csvs=()
-  for transport in shm tcp; do
-    for np in 2 3 4 5 6 7 8; do
-      for coll in broadcast reduce all_reduce gather all_gather scatter all_to_all reduce_scatter barrier; do
-        [[ -f $out/${coll}_${transport}_np${np}.csv ]] && csvs+=("$out/${coll}_${transport}_np${np}.csv")
-      done
-    done
-  done
+  mapfile -t csvs < <(sections csv)
   ((${#csvs[@]})) && awk -f "$here/summary.awk" "${csvs[@]}"
-  for transport in shm tcp; do
-    for np in 2 3 4 5 6 7 8; do
-      for coll in broadcast reduce all_reduce gather all_gather scatter all_to_all reduce_scatter barrier; do
-        [[ -f $out/${coll}_${transport}_np${np}.md ]] && cat "$out/${coll}_${transport}_np${np}.md"
-      done
-    done
-  done
+  mapfile -t mds < <(sections md)
+  ((${#mds[@]})) && cat "${mds[@]}"
 } >"$tables"
 echo "results.sh: wrote $tables and the plots beside it" >&2
