@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <string>
 #include <thread>
 #include <tutti/bootstrap/store.hpp>
@@ -137,6 +138,23 @@ TEST_CASE("store: a client with the wrong job token is refused, clearly") {
   store ok("127.0.0.1", server.port(), 1, 2, "right-token", 5s);
   ok.set("a", "b");
   CHECK(ok.get("a", 1s) == "b");
+}
+
+TEST_CASE("store: tokens that differ anywhere, or in length, are refused; an equal one is not") {
+  using tutti::detail::store_impl::same_token;
+  CHECK(same_token("right-token", "right-token"));
+  CHECK(same_token("", ""));
+  CHECK_FALSE(same_token("right-tokem", "right-token"));
+  CHECK_FALSE(same_token("Right-token", "right-token"));
+  CHECK_FALSE(same_token("right-toke", "right-token"));
+  CHECK_FALSE(same_token("right-token!", "right-token"));
+  CHECK_FALSE(same_token("", "right-token"));
+  CHECK_FALSE(same_token(std::string_view("right\0token", 11), std::string_view("right\1token", 11)));
+  // a prefix of ours padded with what a stranger cannot know still fails
+  CHECK_FALSE(same_token(std::string(11, '\0'), "right-token"));
+  store_server server("127.0.0.1", 0, 0, "right-token");
+  CHECK(message_of<config_error>([&] { store("127.0.0.1", server.port(), 1, 2, "right-tok", 5s); }).find("job token") !=
+        std::string::npos);
 }
 
 TEST_CASE("store: a wrong world size or a duplicate rank fails the whole start-up, naming both") {
@@ -359,6 +377,27 @@ TEST_CASE("store: refused and dropped connections are logged with the client's a
   CHECK(std::count(log.begin(), log.end(), '\n') == static_cast<long>(lines.size()));
   CHECK(log.find("s3cret") == std::string::npos);
   CHECK(log.find("not-the-token") == std::string::npos);
+}
+
+TEST_CASE("store: silent connections cannot crowd out the job: past the cap the oldest is closed") {
+  using detail::store_impl::max_silent;
+  const std::string secret = "tok";
+  store_server server("127.0.0.1", 0, 0, secret);
+  std::string log;
+  {
+    test::stderr_capture capture;
+    std::vector<std::unique_ptr<raw_conn>> silent;
+    for (std::size_t i = 0; i < max_silent + 3; ++i) silent.push_back(std::make_unique<raw_conn>(server.port()));
+    // The three oldest were closed to make room (the server closes them: EOF, not the 5 s timeout).
+    for (std::size_t i = 0; i < 3; ++i) CHECK(silent[i]->drain().empty());
+    // A rank of the job that connects now is served.
+    store ok("127.0.0.1", server.port(), 0, 1, secret, 5s);
+    ok.set("k", "v");
+    CHECK(ok.get("k", 1s) == "v");
+    log = capture.text();
+  }
+  CHECK(log.find("closed for a newer one: " + std::to_string(max_silent) + " connections were waiting to say hello") !=
+        std::string::npos);
 }
 
 TEST_CASE("store: listens on MASTER_ADDR only, so on loopback by default") {

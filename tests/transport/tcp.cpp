@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <tutti/transport/tcp.hpp>
@@ -491,6 +492,17 @@ TEST_CASE("tcp: connections without this job's hello are refused and logged; the
       CHECK(has(c.exchange(v2), "protocol version 2 differs from 1"));
       lines.push_back(prefix + c.address() + ": protocol version 2 differs from 1");
     }
+    {
+      // Silent connections past the cap: the oldest are closed to make room for newer ones.
+      using detail::store_impl::max_silent;
+      std::vector<std::unique_ptr<raw_peer>> quiet;
+      for (std::size_t i = 0; i < max_silent + 2; ++i) quiet.push_back(std::make_unique<raw_peer>(host, port));
+      for (std::size_t i = 0; i < 2; ++i) {
+        CHECK(quiet[i]->exchange("").empty());
+        lines.push_back(prefix + quiet[i]->address() + ": closed for a newer one: " + std::to_string(max_silent) +
+                        " connections were waiting to say hello");
+      }
+    }
   };
   std::vector<std::string> out;
   std::string log;
@@ -505,7 +517,7 @@ TEST_CASE("tcp: connections without this job's hello are refused and logged; the
     log = capture.text();
   }
   for (const auto& o : out) CHECK(o == "");
-  REQUIRE(lines.size() == 5);
+  REQUIRE(lines.size() == 7);
   for (const auto& l : lines) {
     CAPTURE(l);
     CHECK(has(log, l));

@@ -87,6 +87,12 @@ inline constexpr std::size_t max_token = 256;
 inline constexpr std::size_t max_keys = 4096;  // per wait
 inline constexpr std::size_t max_frame = max_value + max_key + 64;
 inline constexpr std::size_t hello_fixed = 8 + 4 + 4 + 4 + 4;  // magic version rank world token_len
+/// Connections that have not yet said a complete hello: at most this many wait at once (a new
+/// one closes the oldest: a rank sends its hello as soon as it connects, so the newest is the
+/// likeliest to be one), each at most `hello_within`; so silent connections cannot use up the
+/// descriptors of the store or of the tcp mesh.
+inline constexpr std::size_t max_silent = 64;
+inline constexpr std::chrono::seconds hello_within{10};
 
 enum class opcode : std::uint8_t { set = 1, get = 2, wait = 3, add = 4 };
 enum class status : std::uint8_t { ok = 0, timeout = 1, refused = 2, failed = 3 };
@@ -137,6 +143,17 @@ struct reader {
     return s;
   }
 };
+
+/// Whether a peer's job token equals ours, in time that depends only on the lengths (a
+/// stranger timing its refusals learns nothing about how much of the secret it guessed).
+inline bool same_token(std::string_view theirs, std::string_view ours) {
+  unsigned char diff = theirs.size() == ours.size() ? 0 : 1;
+  const std::size_t n = std::min(theirs.size(), ours.size());
+  for (std::size_t i = 0; i < n; ++i) diff |= static_cast<unsigned char>(theirs[i] ^ ours[i]);
+  // an opaque barrier: the compiler may not turn the loop back into an early exit
+  asm volatile("" : "+r"(diff));
+  return diff == 0;
+}
 
 inline std::string frame(const std::string& body) {
   writer w;
@@ -459,6 +476,7 @@ class store_server {
     bool hello = false, closing = false;
     std::uint64_t id = 0;
     std::string peer;  // "host:port" of the client, for the log
+    clock::time_point accepted;
   };
   struct pending {
     std::uint64_t conn;
@@ -479,15 +497,19 @@ class store_server {
         ids.push_back(id);
       }
       int timeout_ms = -1;
-      for (auto& p : pending_) {
-        const auto l = std::max<long long>(0, left(p.deadline).count() + 1);
+      auto until = [&](clock::time_point deadline) {
+        const auto l = std::max<long long>(0, left(deadline).count() + 1);
         timeout_ms = timeout_ms < 0 ? static_cast<int>(std::min<long long>(l, 60000))
                                     : std::min(timeout_ms, static_cast<int>(std::min<long long>(l, 60000)));
-      }
+      };
+      for (auto& p : pending_) until(p.deadline);
+      std::size_t silent = 0;
+      for (auto& [id, c] : conns)
+        if (!c.hello && !c.closing) until(c.accepted + hello_within), ++silent;
       if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) return;
       if (fds[0].revents) return;
       if (fds[1].revents & POLLIN) {
-        while (true) {
+        for (std::size_t k = 0; k < max_silent; ++k) {  // the rest at the next round
           sockaddr_storage from{};
           socklen_t from_len = sizeof from;
           detail::unique_fd c(::accept4(listener_.get(), reinterpret_cast<sockaddr*>(&from), &from_len,
@@ -495,10 +517,23 @@ class store_server {
           if (!c) break;
           const int one = 1;
           ::setsockopt(c.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-          conn& n = conns[next_id];
+          conn n;
           n.fd = std::move(c);
           n.id = next_id++;
           n.peer = host_port(addr_host(from), addr_port(from));
+          n.accepted = clock::now();
+          if (silent >= max_silent) {
+            for (auto& [id, o] : conns)
+              if (!o.hello && !o.closing) {
+                refused(o, "closed for a newer one: " + std::to_string(max_silent) + " connections were waiting to say hello");
+                o.closing = true;
+                o.out.clear();
+                break;
+              }
+          } else {
+            ++silent;
+          }
+          conns.emplace(n.id, std::move(n));
         }
       }
       for (std::size_t i = 2; i < fds.size(); ++i) {
@@ -521,6 +556,12 @@ class store_server {
           }
         }
       }
+      for (auto& [id, c] : conns)
+        if (!c.hello && !c.closing && clock::now() >= c.accepted + hello_within) {
+          refused(c, "it sent no complete hello within " + std::to_string(hello_within.count()) + " s");
+          c.closing = true;
+          c.out.clear();
+        }
       expire_and_answer(conns);
       for (auto it = conns.begin(); it != conns.end();) {
         conn& c = it->second;
@@ -575,7 +616,7 @@ class store_server {
           if (h->version != version) {
             refusal = "protocol version " + std::to_string(h->version) + " differs from the store's " +
                       std::to_string(version);
-          } else if (!token_.empty() && h->token != token_) {
+          } else if (!token_.empty() && !same_token(h->token, token_)) {
             refusal = "wrong job token: this process's TUTTI_JOB_TOKEN differs from rank 0's (another job's "
                       "process, or a rank started with a different environment)";
           } else if (h->rank >= 0 && world_size_ > 0 && h->world != world_size_) {

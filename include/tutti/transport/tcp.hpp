@@ -989,7 +989,10 @@ class tcp {
       std::unique_ptr<link> l;
       std::string in;
       std::string from;  // the peer's address, for the log
+      std::chrono::steady_clock::time_point accepted;
     };
+    using detail::store_impl::hello_within;
+    using detail::store_impl::max_silent;
     int logged = 0;
     std::vector<waiting> pending;
     for (int r = 0; r < R; ++r) m.peers[static_cast<std::size_t>(r)].resize(static_cast<std::size_t>(S));
@@ -1020,7 +1023,12 @@ class tcp {
           l->sock.non_blocking(true, ec);
           const auto peer = l->sock.remote_endpoint(ec);
           std::string from = ec ? std::string("an unknown address") : sockaddr_text(peer);
-          pending.push_back({std::move(l), {}, std::move(from)});
+          if (pending.size() >= max_silent) {  // the oldest makes room
+            log_refusal(R, pending.front().from,
+                        "closed for a newer one: " + std::to_string(max_silent) + " connections were waiting to say hello", logged);
+            pending.erase(pending.begin());
+          }
+          pending.push_back({std::move(l), {}, std::move(from), std::chrono::steady_clock::now()});
         }
       }
       for (std::size_t i = 0; i < pending.size();) {
@@ -1041,6 +1049,8 @@ class tcp {
         }
         if (!h && dropped.empty() && gone && !p.in.empty())  // a probe that connects and closes says nothing
           dropped = "it closed the connection after " + std::to_string(p.in.size()) + " bytes of an incomplete hello";
+        if (!h && dropped.empty() && !gone && std::chrono::steady_clock::now() >= p.accepted + hello_within)
+          dropped = "it sent no complete hello within " + std::to_string(hello_within.count()) + " s";
         if (!dropped.empty() || (!h && gone)) {
           if (!dropped.empty()) log_refusal(R, p.from, dropped, logged);
           pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
@@ -1060,7 +1070,7 @@ class tcp {
         if (version != hello_version) {
           refusal = "protocol version " + std::to_string(version) + " differs from " + std::to_string(hello_version);
           fatal = false;
-        } else if (their_token != token || job_id != job.job_id) {
+        } else if (!detail::store_impl::same_token(their_token, token) || job_id != job.job_id) {
           refusal = "wrong job token or job id: not a rank of this job";
           fatal = false;
         } else if (world != job.world_size)
