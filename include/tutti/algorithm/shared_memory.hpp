@@ -11,7 +11,8 @@
 /// | all_reduce     | ≤ `one_shot_bytes`: one shot: copy in, post, every rank reduces every  |
 /// |                | slot in rank order 0..p−1 (bitwise-identical results everywhere).      |
 /// |                | larger: two shot: copy in, post; rank r reduces block r of every slot  |
-/// |                | into its other half, post; everyone copies every block out.            |
+/// |                | into its other half (and its output), post; everyone copies the other  |
+/// |                | blocks out.                                                            |
 /// |                | ≥ `single_copy_bytes` where peers' memory is readable (process_vm_readv): |
 /// |                | no windows; see `all_reduce_single_copy`.                              |
 /// | reduce_scatter | copy in, post; reduce own block from every slot                        |
@@ -77,6 +78,9 @@ struct shared_memory {
   /// Two-shot all_reduce moves the message in chunks of at most this many bytes (and a window
   /// half), small enough that a chunk's copies and reductions stay in cache.
   std::size_t chunk_bytes = std::size_t{512} << 10;
+  /// Two-shot all_reduce reduces a rank's own block in pieces of this many bytes (each copied to
+  /// the output while still in L1).
+  std::size_t own_piece_bytes = std::size_t{16} << 10;
   /// all_reduce from this many bytes reads peers' inputs straight from their processes
   /// (process_vm_readv) where the transport's start-up probe allows it, instead of copying them
   /// through the windows (`single_copy = false`: never). Below it, the windows win: a kernel
@@ -137,16 +141,26 @@ struct shared_memory {
       }
       ph.post(a);
       ph.wait_all(a);
-      const std::size_t offset = mine.begin * sizeof(T), len = mine.size() * sizeof(T);
+      const std::size_t offset = mine.begin * sizeof(T);
       T* result = reinterpret_cast<T*>(ph.mine(a + 1));
-      reduce_from<T>(ph, [&](int r) {
-        if (r == me) return in.data() + at + mine.begin;
-        return reinterpret_cast<const T*>(ph.input(r, a, offset, len, r == 0 ? 0 : 1));
-      }, result, mine.size(), op);
-      // Phase b: the reduced blocks, each in its owner's other half; everyone copies them out.
+      T* own_out = out.data() + at + mine.begin;
+      // A piece at a time, so each reduced piece is copied into this rank's output while it is
+      // still in cache, not read back from the window after phase b.
+      const std::size_t piece = std::max<std::size_t>(own_piece_bytes / sizeof(T), 1);
+      for (std::size_t i = 0; i < mine.size(); i += piece) {
+        const std::size_t k = std::min(piece, mine.size() - i);
+        reduce_from<T>(ph, [&](int r) {
+          if (r == me) return in.data() + at + mine.begin + i;
+          return reinterpret_cast<const T*>(ph.input(r, a, offset + i * sizeof(T), k * sizeof(T), r == 0 ? 0 : 1));
+        }, result + i, k, op);
+        if (stream) stream_out(own_out + i, reinterpret_cast<const std::byte*>(result + i), k * sizeof(T));
+        else copy_out(own_out + i, reinterpret_cast<const std::byte*>(result + i), k * sizeof(T));
+      }
+      // Phase b: the reduced blocks, each in its owner's other half; everyone copies the others out.
       ph.post(a + 1);
       ph.wait_all(a + 1);
       for (int r = 0; r < p; ++r) {
+        if (r == me) continue;
         const auto blk = schedule::block(m, p, r);
         if (stream) stream_out(out.data() + at + blk.begin, ph.slot(r, a + 1), blk.size() * sizeof(T));
         else copy_out(out.data() + at + blk.begin, ph.slot(r, a + 1), blk.size() * sizeof(T));
