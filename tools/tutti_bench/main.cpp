@@ -64,7 +64,7 @@ all_to_all and reduce_scatter out of place only).
                            tuned table automatic uses, then print automatic (with that table)
                            vs the best fixed algorithm per size, flagging ratios over 1.10
   --np-list N,N,...        --tune: the group sizes to measure (default 2,4)
-  --reps R                 --tune: repetitions per algorithm; the median counts (default 3)
+  --reps R                 --tune: repetitions per algorithm; the fastest counts (default 3)
   --out FILE               --tune: the tuned_table.hpp to update (this transport's rows and
                            source are replaced, the others kept); default: rows on stdout
   -h, --help               this text
@@ -565,8 +565,8 @@ int main(int argc, char** argv) {
     o.command_line += argv[i];
   }
   if (p.tune) {
-    if (o.algo != "automatic" || o.transport == transport_kind::mpi || o.iters == 0) {
-      std::fprintf(stderr, "tutti-bench: --tune measures every algorithm itself over shm, tcp or threads, with -n N > 0 "
+    if (o.algo != "automatic" || o.transport == transport_kind::mpi) {
+      std::fprintf(stderr, "tutti-bench: --tune measures every algorithm itself over shm, tcp or threads "
                            "(no --algo, no --transport mpi)\n");
       return 2;
     }

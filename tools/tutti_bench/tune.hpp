@@ -4,11 +4,17 @@
 //
 // The driver is not a rank: it runs this program (the same binary) once per (np, repetition,
 // algorithm) with --csv to a temporary file, all collectives at once, and takes per size the
-// median over the repetitions (each repetition cycles through every algorithm, so a burst of
-// load hits them alike). Winners within `near` (5%) of the best are treated as ties, and the
-// tie that lasts over the most following sizes is kept, so noise does not split the table into
-// one-size ranges. Adjacent sizes with the same winner become one range; the first range starts
-// at 0 and the last has no upper bound.
+// fastest of the repetitions (each repetition cycles through every algorithm, so a burst of
+// load hits them alike; load on a shared machine only ever adds time, so the fastest run is the
+// one closest to the algorithm's own cost: medians of 3 were bimodal here, a rank descheduled
+// or not). Algorithms within `near` (5%) of the best are treated as ties. A tie keeps what
+// automatic runs without a table (shared_memory on shm, the α-β rule elsewhere), so the table
+// overrides it only where another algorithm measured more than 5% faster: on this VM whole
+// minutes run in a slow mode where every algorithm measures alike, and a tune without this
+// chose tree for every shm all_reduce up to 1 MiB at 2 ranks, twice as slow as shared_memory
+// in the fast mode. Among other ties, the one that lasts over the most following sizes is
+// kept, so noise does not split the table into one-size ranges. Adjacent sizes with the same
+// winner become one range; the first range starts at 0 and the last has no upper bound.
 #pragma once
 
 #include <unistd.h>
@@ -100,8 +106,12 @@ inline bool run_child(const std::string& self, const options& o, int np, const s
   else cmd += "env -u TUTTI_ALGO ";
   cmd += shell_quote(self) + " --transport " + transport_name(o.transport) + " --np " + std::to_string(np) +
          " --algo " + algo + " --collective " + collectives + " -b " + std::to_string(o.min_bytes) + " -e " + std::to_string(o.max_bytes) +
-         " -f " + std::to_string(o.factor) + " -n " + std::to_string(o.iters) + " -w " + std::to_string(o.warmup) +
-         " -c 0 --csv " + shell_quote(csv) + " >/dev/null 2>" + shell_quote(err);
+         " -f " + std::to_string(o.factor) + " -n " + std::to_string(o.iters) + " -w " + std::to_string(o.warmup);
+  if (o.iters == 0) {  // calibrated: each size for --time-per-size seconds
+    cmd += " --time-per-size ";
+    cmd += std::to_string(o.seconds_per_size);
+  }
+  cmd += " -c 0 --csv " + shell_quote(csv) + " >/dev/null 2>" + shell_quote(err);
   const int rc = std::system(cmd.c_str());
   std::ifstream in(csv);
   std::string line;
@@ -143,11 +153,9 @@ inline tutti::algo::automatic::choice algo_choice(const std::string& a) {
   return tutti::algo::automatic::choice::direct;
 }
 
-inline double median(std::vector<double> v) {
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  const auto n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+/// The time that counts among a size's repetitions: the fastest.
+inline double fastest(const std::vector<double>& v) {
+  return v.empty() ? NAN : *std::min_element(v.begin(), v.end());
 }
 
 struct row_out {
@@ -210,31 +218,40 @@ inline int run_tune(const options& o, const tune_options& t, const char* argv0) 
           if (k.first == c && std::find(sizes.begin(), sizes.end(), k.second) == sizes.end()) sizes.push_back(k.second);
       std::sort(sizes.begin(), sizes.end());
       if (sizes.empty()) continue;
-      auto med = [&](const std::string& a, std::size_t b) {
+      auto time_of = [&](const std::string& a, std::size_t b) {
         auto& s = fixed[np][a];
         auto it = s.find({c, b});
-        return it == s.end() ? INFINITY : median(it->second);
+        return it == s.end() ? INFINITY : fastest(it->second);
       };
       std::vector<std::vector<std::string>> near(sizes.size());
       for (std::size_t i = 0; i < sizes.size(); ++i) {
         double best = INFINITY;
-        for (auto& a : algos) best = std::min(best, med(a, sizes[i]));
+        for (auto& a : algos) best = std::min(best, time_of(a, sizes[i]));
         for (auto& a : algos)
-          if (med(a, sizes[i]) <= best * (1 + t.near)) near[i].push_back(a);
+          if (time_of(a, sizes[i]) <= best * (1 + t.near)) near[i].push_back(a);
       }
+      // What automatic runs without a table: shared_memory on shm (windows), the rule elsewhere.
+      auto builtin = [&](std::size_t b) {
+        if (o.transport == transport_kind::shm) return std::string("shared_memory");
+        return std::string(tutti::algo::automatic::choice_name(tutti::algo::automatic{}.choose(static_cast<tutti::collective>(c), b, np)));
+      };
       std::string cur;
       std::vector<std::string> pick(sizes.size());
       for (std::size_t i = 0; i < sizes.size(); ++i) {
         if (near[i].empty()) continue;
+        if (const auto b = builtin(sizes[i]); std::find(near[i].begin(), near[i].end(), b) != near[i].end()) {
+          pick[i] = cur = b;  // a tie keeps the built-in choice
+          continue;
+        }
         if (std::find(near[i].begin(), near[i].end(), cur) == near[i].end()) {
           std::size_t longest = 0;
-          double fastest = INFINITY;
+          double quickest = INFINITY;
           for (auto& a : near[i]) {
             std::size_t run = 0;
             while (i + run < sizes.size() &&
                    std::find(near[i + run].begin(), near[i + run].end(), a) != near[i + run].end())
               ++run;
-            if (run > longest || (run == longest && med(a, sizes[i]) < fastest)) longest = run, fastest = med(a, sizes[i]), cur = a;
+            if (run > longest || (run == longest && time_of(a, sizes[i]) < quickest)) longest = run, quickest = time_of(a, sizes[i]), cur = a;
           }
         }
         pick[i] = cur;
@@ -323,7 +340,7 @@ inline int run_tune(const options& o, const tune_options& t, const char* argv0) 
   }
 
   // ---- automatic with the new table vs the best fixed algorithm -------------------------------
-  std::fprintf(stdout, "#\n# automatic (the new table, as TUTTI_ALGO) vs the best fixed algorithm, measured again interleaved, medians of %d\n", t.reps);
+  std::fprintf(stdout, "#\n# automatic (the new table, as TUTTI_ALGO) vs the best fixed algorithm, measured again interleaved, fastest of %d\n", t.reps);
   std::fprintf(stdout, "# %-3s %-15s %10s  %-19s %10s %10s %7s\n", "np", "collective", "bytes", "best fixed", "best(us)",
                "auto(us)", "ratio");
   int flagged = 0, compared = 0;
@@ -344,7 +361,10 @@ inline int run_tune(const options& o, const tune_options& t, const char* argv0) 
       else env_main += (env_main.empty() ? "" : ",") + item;
     }
     std::string colls;
-    for (int c = 0; c < 8; ++c) colls += (colls.empty() ? "" : ",") + std::string(tutti::collective_name(static_cast<tutti::collective>(c)));
+    for (int c = 0; c < 8; ++c) {
+      if (!colls.empty()) colls += ',';
+      colls += tutti::collective_name(static_cast<tutti::collective>(c));
+    }
     // Measured again, each repetition running every fixed algorithm and then automatic, so
     // that both sides of each ratio come from the same minutes of machine load.
     samples autos;
@@ -359,10 +379,10 @@ inline int run_tune(const options& o, const tune_options& t, const char* argv0) 
       std::string best_a;
       for (auto& a : algos) {
         auto it = again[a].find(k);
-        if (it != again[a].end() && median(it->second) < best) best = median(it->second), best_a = a;
+        if (it != again[a].end() && fastest(it->second) < best) best = fastest(it->second), best_a = a;
       }
       if (best_a.empty()) continue;
-      const double mine_t = median(v), ratio = mine_t / best;
+      const double mine_t = fastest(v), ratio = mine_t / best;
       ++compared;
       worst = std::max(worst, ratio);
       if (ratio > 1.10) ++flagged;
