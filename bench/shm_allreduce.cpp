@@ -1,7 +1,7 @@
 // all_reduce over tutti::shm with nccl-tests columns. Run under a launcher:
 //   tuttirun --nproc-per-node=2 tutti_bench_shm_allreduce [-b 8] [-e 67108864] [-f 2] [-t 0.25] [-z 1]
 // -z 1: the buffers come from comm.allocate (shared memory), so inputs are read in place.
-// TUTTI_ALGO picks a fixed algorithm (default: automatic, i.e. shared_memory on shm).
+// TUTTI_ALGO picks a fixed algorithm (default: automatic: the tuned table, else shared_memory).
 #include <tutti/tutti.hpp>
 
 #include "allreduce_sweep.hpp"
