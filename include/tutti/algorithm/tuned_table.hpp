@@ -7,7 +7,10 @@
 /// Bytes are the size `automatic` is asked about (the `bytes` of `comm.explain`): the whole
 /// buffer for broadcast, reduce, all_reduce and reduce_scatter's input; one rank's block for
 /// gather, all_gather, scatter and all_to_all; 0 for barrier. Ranges are inclusive. A size or
-/// group size no row covers falls back to automatic's α-β rule.
+/// group size no row covers falls back to what automatic runs without a table: shared_memory
+/// where the transport has shared windows, else the α-β rule. The tuner keeps that choice
+/// wherever it measured within 5% of the best, so a row names another algorithm only where
+/// that one was clearly faster.
 #pragma once
 
 #include <cstddef>
