@@ -140,7 +140,7 @@ TEST_CASE("store: a client with the wrong job token is refused, clearly") {
   CHECK(ok.get("a", 1s) == "b");
 }
 
-TEST_CASE("store: tokens that differ anywhere, or in length, are refused; an equal one is not") {
+TEST_CASE("store: tokens that differ anywhere, or in length, are refused, and an equal one is not") {
   using tutti::detail::store_impl::same_token;
   CHECK(same_token("right-token", "right-token"));
   CHECK(same_token("", ""));

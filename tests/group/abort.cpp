@@ -28,7 +28,7 @@ struct seen {
 };
 }  // namespace
 
-TEST_CASE("abort: a call blocked on another thread returns with errc::aborted; the peers see peer_lost naming the rank") {
+TEST_CASE("abort: a call blocked on another thread returns with errc::aborted, and the peers see peer_lost naming the rank") {
   for (int p : {2, 3, 5})
     for (int aborter : {0, p - 1}) {
       std::vector<seen> out(static_cast<std::size_t>(p));

@@ -221,7 +221,7 @@ TEST_CASE("over mpi: a rank that never comes raises timeout_error naming it") {
   world().barrier();
 }
 
-TEST_CASE("over mpi: MPI's errors return as tutti errors with MPI's text; tags beyond MPI_TAG_UB are usage errors") {
+TEST_CASE("over mpi: MPI's errors return as tutti errors with MPI's text, and tags beyond MPI_TAG_UB are usage errors") {
   auto comm = fresh(std::chrono::seconds(20));
   std::vector<float> v(4);
   fingerprint fp;

@@ -446,7 +446,7 @@ TEST_CASE("tcp: the parsers take bytes and give a hello, a frame header, 'incomp
   CHECK(reason([&] { parse_frame_head(w); }).find("not a tutti message") == 0);
 }
 
-TEST_CASE("tcp: connections without this job's hello are refused and logged; the job still completes") {
+TEST_CASE("tcp: connections without this job's hello are refused and logged, and the job still completes") {
   // Rank 2 accepts ranks 0 and 1. Rank 1 starts only once the strangers below have been
   // answered, so rank 2 is still accepting while they knock.
   const std::string secret = "s3cret-job-token";
