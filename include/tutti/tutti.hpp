@@ -1,6 +1,7 @@
 /// \file
 /// The umbrella header: everything in tutti that needs nothing beyond the standard library and
-/// Linux. Transports with optional dependencies (tcp, mpi, cuda, nccl) have headers of their own.
+/// Linux. Transports with optional dependencies have headers of their own: tutti/transport/tcp.hpp
+/// (Asio, target tutti::tcp) and tutti/transport/mpi.hpp (MPI, target tutti::mpi).
 #pragma once
 
 #include "tutti/algorithm/algorithm.hpp"
@@ -14,15 +15,21 @@
 #include "tutti/algorithm/shared_memory.hpp"
 #include "tutti/algorithm/tree.hpp"
 #include "tutti/bootstrap/env.hpp"
+#include "tutti/core/collective.hpp"
 #include "tutti/core/config.hpp"
+#include "tutti/core/counts.hpp"
 #include "tutti/core/dtype.hpp"
 #include "tutti/core/error.hpp"
 #include "tutti/core/fingerprint.hpp"
 #include "tutti/core/float16.hpp"
+#include "tutti/core/memory.hpp"
+#include "tutti/core/op_id.hpp"
 #include "tutti/core/view.hpp"
 #include "tutti/group/communicator.hpp"
+#include "tutti/group/threads.hpp"
 #include "tutti/op/kernels.hpp"
 #include "tutti/op/ops.hpp"
 #include "tutti/transport/inproc.hpp"
 #include "tutti/transport/shm.hpp"
+#include "tutti/transport/toolkit.hpp"
 #include "tutti/transport/transport.hpp"

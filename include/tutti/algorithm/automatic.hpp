@@ -1,32 +1,40 @@
 /// \file
-/// `tutti::algo::automatic`: picks a concrete algorithm per call from the collective, the
-/// message size and the group size, by the α-β costs in each algorithm's header. All ranks
-/// compute the same choice (it depends only on values every rank agrees on); the choice goes into
-/// the fingerprint, so ranks configured differently get a mismatch error, not a hang.
+/// `tutti::algo::automatic_of<Candidates...>`: picks one of its candidate algorithms per call,
+/// from the collective, the message size and the group size. `tutti::algo::automatic` is
+/// `automatic_of<ring, tree, recursive_doubling, direct, shared_memory, native>`; a user's own
+/// algorithm joins the candidates at compile time (`automatic_of<ring, tree, my_algorithm>`), and
+/// then `TUTTI_ALGO` and the tuned table name it like a built-in one. All ranks compute the same
+/// choice (it depends only on values every rank agrees on); the choice goes into the fingerprint,
+/// so ranks configured differently get a mismatch error, not a hang.
 ///
-/// The rule (bytes = the count all ranks agree on × element size; p = group size):
-/// | collective     | choice                                                                    |
-/// |----------------|---------------------------------------------------------------------------|
-/// | all_reduce     | bytes < 16 KiB: recursive_doubling (lg p·α beats ring's 2(p−1)·α);        |
-/// |                | p a power of two: recursive_doubling (Rabenseifner from 64 KiB: ring's    |
-/// |                | bandwidth term with 2 lg p·α instead of 2(p−1)·α); otherwise ring         |
-/// |                | (folding would cost two extra full-buffer moves).                         |
-/// | broadcast,     | p ≤ 2 or bytes < 256 KiB: tree (⌈lg p⌉·α); otherwise ring's pipelined     |
-/// | reduce         | chain, whose n·β term does not grow with lg p.                            |
-/// | gather,scatter | p·bytes < 64 KiB: tree (⌈lg p⌉·α); otherwise direct (each byte moves once)|
-/// | all_gather     | p·bytes < 64 KiB: recursive_doubling (⌈lg p⌉·α); otherwise ring           |
-/// | reduce_scatter | ring (same α count as pairwise, neighbour traffic only)                   |
-/// | all_to_all     | direct (pairwise exchange)                                                |
-/// | barrier        | recursive_doubling (dissemination, ⌈lg p⌉ rounds)                         |
+/// Precedence, first match wins:
+/// 1. `TUTTI_ALGO` (grammar below): per size range, then per collective or the bare name;
+/// 2. the tuned table (tuned_table.hpp) of the transport's tuning kind (`transport_traits`), for
+///    the group's size and the call's bytes;
+/// 3. shared windows: `shared_memory`, where it has the collective on the transport;
+/// 4. the α-β rule below, among the candidates that have the collective on the transport; where
+///    the rule's pick is not among them, the first candidate (in list order) that has it.
+/// Candidates marked `explicit_only` (`native`: the transport's own collectives) are never picked
+/// by steps 3 and 4: only `TUTTI_ALGO` or a table row names them. `explain()` says which step
+/// decided and why. `algorithm_for<automatic_of<...>, C, Transport>` is true exactly where some
+/// candidate has a schedule for C on the transport.
 ///
-/// On a transport with shared windows (`tutti::shm`), every collective runs `shared_memory`'s
-/// native schedule: loads and stores instead of messages, p−1 fewer copies than any
-/// point-to-point schedule. `native` (the transport's own collectives, e.g. MPI's) is never
-/// chosen by the rule: only by `TUTTI_ALGO` (see native.hpp for why).
-///
-/// Precedence, first match wins: `TUTTI_ALGO` > the tuned table (tuned_table.hpp, measured by
-/// `tutti-bench --tune` for tutti::shm, tutti::tcp and tutti::inproc; other transports have
-/// none) > shared windows (`shared_memory`) > the α-β rule above. `explain()` says which applied.
+/// The rule (bytes = what `size_basis` says: the whole buffer, one rank's block or the largest
+/// block; p = group size):
+/// | collective       | choice                                                                  |
+/// |------------------|-------------------------------------------------------------------------|
+/// | all_reduce       | bytes < 16 KiB: recursive_doubling (lg p·α beats ring's 2(p−1)·α);      |
+/// |                  | p a power of two: recursive_doubling (Rabenseifner from 64 KiB: ring's  |
+/// |                  | bandwidth term with 2 lg p·α instead of 2(p−1)·α); otherwise ring       |
+/// |                  | (folding would cost two extra full-buffer moves).                       |
+/// | broadcast,       | p ≤ 2 or bytes < 256 KiB: tree (⌈lg p⌉·α); otherwise ring's pipelined   |
+/// | reduce           | chain, whose n·β term does not grow with lg p.                          |
+/// | gather,scatter   | p·bytes < 64 KiB: tree (⌈lg p⌉·α); otherwise direct (each byte moves once)|
+/// | all_gather       | p·bytes < 64 KiB: recursive_doubling (⌈lg p⌉·α); otherwise ring         |
+/// | all_gather_v     | p·largest < 64 KiB: direct (p−1 messages, no forwarding); otherwise ring|
+/// | reduce_scatter(_v)| ring (same α count as pairwise, neighbour traffic only)                |
+/// | all_to_all(_v), gather_v, scatter_v | direct (pairwise exchange; the v-forms' sizes are not known on every rank) |
+/// | barrier          | recursive_doubling (dissemination, ⌈lg p⌉ rounds)                       |
 ///
 /// `TUTTI_ALGO` grammar (comma-separated items, spaces allowed around tokens):
 ///   item  := algorithm                     one name: every collective it has a schedule for
@@ -35,15 +43,20 @@
 ///                                          back to the bare name, then the table and the rule
 ///   range := <=N | <N | >=N | >N | A..B (inclusive);  N := digits[K|M|G] (binary: K = 1024)
 /// e.g. `TUTTI_ALGO=all_reduce=ring@>1M,recursive_doubling@<=1M,broadcast=tree`. Checked
-/// strictly: an unknown name, an algorithm without a schedule for the collective, a collective
-/// named twice, overlapping ranges or a malformed size raise `config_error` quoting the part.
+/// strictly against the candidates and the transport: an unknown name, an algorithm without a
+/// schedule for the collective here, a collective named twice, overlapping ranges, a size range
+/// on a collective whose size not every rank knows, or a malformed size raise `config_error`
+/// quoting the part.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -51,252 +64,331 @@
 #include "tutti/algorithm/direct.hpp"
 #include "tutti/algorithm/native.hpp"
 #include "tutti/algorithm/recursive_doubling.hpp"
-#include "tutti/algorithm/shared_memory.hpp"
 #include "tutti/algorithm/ring.hpp"
+#include "tutti/algorithm/shared_memory.hpp"
 #include "tutti/algorithm/tree.hpp"
 #include "tutti/algorithm/tuned_table.hpp"
+#include "tutti/core/collective.hpp"
 #include "tutti/core/error.hpp"
-
-namespace tutti {
-class shm;
-class tcp;
-class inproc;
-}  // namespace tutti
+#include "tutti/transport/capabilities.hpp"
 
 namespace tutti::algo {
 
-struct automatic {
+/// A size range in bytes, inclusive at both ends.
+struct size_range {
+  std::size_t lo = 0, hi = static_cast<std::size_t>(-1);
+  constexpr bool contains(std::size_t b) const noexcept { return lo <= b && b <= hi; }
+};
+
+namespace detail {
+/// Whether algorithm `A` may be picked only by name (TUTTI_ALGO, a table row), never by a rule.
+template <class A>
+constexpr bool explicit_only() {
+  if constexpr (requires { { A::explicit_only } -> std::convertible_to<bool>; }) return A::explicit_only;
+  else return false;
+}
+/// What `A` needs of a transport beyond the plain contract, for messages ("" when nothing).
+template <class A>
+constexpr std::string_view needs() {
+  if constexpr (requires { { A::needs } -> std::convertible_to<std::string_view>; }) return A::needs;
+  else return {};
+}
+
+/// `bytes` as the grammar writes it: 1M, 64K, 100 ("max" for no bound).
+inline std::string size_text(std::size_t b) {
+  if (b == static_cast<std::size_t>(-1)) return "max";
+  for (auto [shift, suffix] : {std::pair{30, "G"}, std::pair{20, "M"}, std::pair{10, "K"}})
+    if (b != 0 && b % (std::size_t{1} << shift) == 0) return std::to_string(b >> shift) + suffix;
+  return std::to_string(b);
+}
+inline std::string range_text(size_range r) {
+  constexpr auto top = static_cast<std::size_t>(-1);
+  if (r.lo == 0 && r.hi == top) return "any size";
+  if (r.hi == top) return ">=" + size_text(r.lo);
+  if (r.lo == 0) return "<=" + size_text(r.hi);
+  return size_text(r.lo) + ".." + size_text(r.hi);
+}
+}  // namespace detail
+
+template <class... Candidates>
+struct automatic_of {
+  static_assert(sizeof...(Candidates) > 0, "tutti::algo::automatic_of needs at least one candidate algorithm");
+  static_assert((algorithm<Candidates> && ...), "every candidate of automatic_of must be an algorithm (a type with a name)");
+
   static constexpr std::string_view name = "automatic";
+  static constexpr std::size_t candidate_count = sizeof...(Candidates);
+  /// The candidates' names, in list order (what TUTTI_ALGO and the tuned table call them).
+  static constexpr std::array<std::string_view, candidate_count> names{Candidates::name...};
+  static constexpr std::array<bool, candidate_count> explicit_only{detail::explicit_only<Candidates>()...};
+  static constexpr std::array<std::string_view, candidate_count> needs{detail::needs<Candidates>()...};
 
-  /// The concrete algorithms automatic chooses among; their knobs are used as set here.
-  enum class choice : unsigned char { ring, tree, recursive_doubling, direct, shared_memory, native };
-
-  algo::ring ring{};
-  algo::tree tree{};
-  algo::recursive_doubling recursive_doubling{};
-  algo::direct direct{};
-  algo::shared_memory shared_memory{};
-  algo::native native{};
+  /// The candidates, with their knobs as set here (`a.get<algo::ring>().chunk_bytes = 1 << 18`).
+  std::tuple<Candidates...> candidates{};
 
   /// Thresholds of the rule above, in bytes.
   std::size_t small_all_reduce_bytes = std::size_t{16} << 10;
   std::size_t pipeline_bytes = std::size_t{256} << 10;
   std::size_t small_total_bytes = std::size_t{64} << 10;
 
-  /// A size range in bytes, inclusive at both ends.
-  struct size_range {
-    std::size_t lo = 0, hi = static_cast<std::size_t>(-1);
-    constexpr bool contains(std::size_t b) const noexcept { return lo <= b && b <= hi; }
-  };
+  template <class A>
+  A& get() noexcept {
+    return std::get<A>(candidates);
+  }
+  template <class A>
+  const A& get() const noexcept {
+    return std::get<A>(candidates);
+  }
 
-  /// A `TUTTI_ALGO` value, parsed.
+  /// The index of the candidate named `n`, if any.
+  static constexpr std::optional<std::size_t> index_of(std::string_view n) noexcept {
+    for (std::size_t i = 0; i < candidate_count; ++i)
+      if (names[i] == n) return i;
+    return std::nullopt;
+  }
+
+  /// support<Transport>[i][c]: candidate i has a schedule for scheduled collective c there.
+  template <class Transport>
+  static constexpr auto support = [] {
+    std::array<std::array<bool, scheduled_count>, candidate_count> s{};
+    std::size_t i = 0;
+    (
+        [&] {
+          for_each_collective([&](auto c) { s[i][static_cast<std::size_t>(c.value)] = algorithm_for<Candidates, c.value, Transport>; });
+          ++i;
+        }(),
+        ...);
+    return s;
+  }();
+
+  /// Calls `f(candidate)` with candidate `i`.
+  template <class F>
+  decltype(auto) visit(std::size_t i, F&& f) const {
+    return visit_from<0>(i, f);
+  }
+
+  // ---- TUTTI_ALGO -------------------------------------------------------------------------------
+
+  /// A `TUTTI_ALGO` value, parsed against the candidates and what they run on `Transport`.
   struct override_table {
-    /// One algorithm per collective for every size (`c=alg`, or a bare name).
-    std::array<std::optional<choice>, 9> per_collective{};
-    /// Per-size items (`c=alg@range,...`), checked before per_collective.
     struct ranged {
       size_range range;
-      choice algorithm;
+      std::size_t algorithm;
       std::string text;  // as written, for explain()
     };
-    std::array<std::vector<ranged>, 9> per_size{};
-    /// The bare name, if any (it fills per_collective of the collectives not named).
-    std::optional<choice> bare;
-    /// Whether any item names algorithm `a` (for transport capability checks).
-    bool names(choice a) const noexcept {
-      for (std::size_t c = 0; c < 9; ++c) {
-        if (per_collective[c] == a) return true;
-        for (const auto& r : per_size[c])
-          if (r.algorithm == a) return true;
-      }
-      return false;
-    }
-    bool empty() const noexcept { return !names_any(); }
-    static override_table parse(std::string_view text);
+    /// Per-size items (`c=alg@range,...`), checked before `per_collective`.
+    std::array<std::vector<ranged>, scheduled_count> per_size{};
+    /// One algorithm per collective for every size (`c=alg`, or the bare name).
+    std::array<std::optional<std::size_t>, scheduled_count> per_collective{};
+    /// Which per_collective entries came from a `c=alg` item rather than the bare name.
+    std::array<bool, scheduled_count> explicit_collective{};
+    /// The bare name, if any.
+    std::optional<std::size_t> bare;
 
-   private:
-    bool names_any() const noexcept {
-      for (std::size_t c = 0; c < 9; ++c)
-        if (per_collective[c] || !per_size[c].empty()) return true;
-      return false;
+    bool empty() const noexcept {
+      for (std::size_t c = 0; c < scheduled_count; ++c)
+        if (per_collective[c] || !per_size[c].empty()) return false;
+      return true;
     }
+    template <class Transport = tutti::detail::probe_transport>
+    static override_table parse(std::string_view text);
   };
 
-  /// The tuned-table row for (kind, c, p, bytes), if any.
-  static const tuned::row* tuned_row(tuned::kind k, collective c, std::size_t bytes, int p) noexcept {
-    for (const auto& r : tuned::rows)
-      if (r.k == k && r.coll == c && r.p_lo <= p && p <= r.p_hi && r.lo <= bytes && bytes <= r.hi) return &r;
-    return nullptr;
-  }
+  // ---- the choice ---------------------------------------------------------------------------------
 
-  /// The rule (no override).
-  constexpr choice choose(collective c, std::size_t bytes, int p) const noexcept {
-    const std::size_t total = bytes * static_cast<std::size_t>(p);
-    const bool pow2 = (p & (p - 1)) == 0;
-    switch (c) {
-      case collective::all_reduce:
-        return bytes < small_all_reduce_bytes || pow2 ? choice::recursive_doubling : choice::ring;
-      case collective::broadcast:
-      case collective::reduce:
-        return p <= 2 || bytes < pipeline_bytes ? choice::tree : choice::ring;
-      case collective::gather:
-      case collective::scatter:
-        return total < small_total_bytes ? choice::tree : choice::direct;
-      case collective::all_gather:
-        return total < small_total_bytes ? choice::recursive_doubling : choice::ring;
-      case collective::reduce_scatter: return choice::ring;
-      case collective::all_to_all: return choice::direct;
-      default: return choice::recursive_doubling;  // barrier
+  /// What one communicator decides by: its TUTTI_ALGO, the tuned rows of its transport kind and
+  /// group size (resolved to candidates once), and which candidates run each collective on its
+  /// transport (`make_plan`).
+  struct plan {
+    override_table overrides;
+    struct tuned_range {
+      std::size_t lo, hi, algorithm;
+      const tuned::row* row;
+    };
+    std::array<std::vector<tuned_range>, scheduled_count> tuned_rows{};
+    std::string_view tuned_source;  // "tutti-bench --tune, <date>", for explain()
+    std::string_view tuning_kind;
+    std::array<std::array<bool, scheduled_count>, candidate_count> runs{};
+    int p = 1;
+  };
+
+  /// The plan of a communicator over `Transport` of `p` ranks with `TUTTI_ALGO` = `text`.
+  template <class Transport>
+  static plan make_plan(std::string_view text, int p) {
+    plan pl;
+    pl.overrides = override_table::template parse<Transport>(text);
+    pl.runs = support<Transport>;
+    pl.p = p;
+    pl.tuning_kind = transport_traits<Transport>::tuning_kind;
+    if (!pl.tuning_kind.empty()) {
+      for (const auto& s : tuned::sources)
+        if (s.kind == pl.tuning_kind && s.text) pl.tuned_source = s.text;
+      for (const auto& r : tuned::rows) {
+        if (r.kind != pl.tuning_kind || p < r.p_lo || p > r.p_hi) continue;
+        const auto i = index_of(r.algorithm);
+        const auto c = static_cast<std::size_t>(r.coll);
+        if (!i || c >= scheduled_count || !pl.runs[*i][c]) continue;  // not a candidate here
+        pl.tuned_rows[c].push_back({static_cast<std::size_t>(r.lo), static_cast<std::size_t>(r.hi), *i, &r});
+      }
     }
+    return pl;
   }
 
-  /// `TUTTI_ALGO` (`table`), then the tuned table of transport kind `k` (none: no table), then
-  /// shared windows (`windows`: the transport has them), then the rule. With `why`, says which
-  /// and why there (the text of `comm.explain`).
-  choice choose(collective c, std::size_t bytes, int p, const override_table& table, bool windows,
-                std::optional<tuned::kind> k = std::nullopt, std::string* why = nullptr) const {
+  /// The candidate a call of `c` with `bytes` (its `size_basis`) runs, by the precedence at the
+  /// top of this file; with `why`, says which step decided and why (the text of `explain`).
+  std::size_t choose(const plan& pl, collective c, std::size_t bytes, std::string* why = nullptr) const {
     const auto ci = static_cast<std::size_t>(c);
-    for (const auto& r : table.per_size[ci])
+    for (const auto& r : pl.overrides.per_size[ci])
       if (r.range.contains(bytes)) {
         if (why) *why = "TUTTI_ALGO " + r.text;
         return r.algorithm;
       }
-    if (const auto& o = table.per_collective[ci]) {
+    if (const auto& o = pl.overrides.per_collective[ci]) {
       if (why)
-        *why = table.bare == o && !explicit_collective(table, c)
-                   ? "TUTTI_ALGO " + std::string(choice_name(*o))
-                   : "TUTTI_ALGO " + std::string(collective_name(c)) + "=" + std::string(choice_name(*o));
+        *why = pl.overrides.explicit_collective[ci]
+                   ? "TUTTI_ALGO " + std::string(collective_name(c)) + "=" + std::string(names[*o])
+                   : "TUTTI_ALGO " + std::string(names[*o]);
       return *o;
     }
-    if (k) {
-      const tuned::row* r = tuned_row(*k, c, bytes, p);
-      if (r && (r->a != tuned::alg::shared_memory || windows)) {
-        if (why) {
-          // the run, shortened to its first two fields ("tutti-bench --tune, <date>")
-          std::string src = tuned::source[static_cast<int>(*k)] ? tuned::source[static_cast<int>(*k)] : "";
-          if (const auto c1 = src.find(", "); c1 != std::string::npos)
-            if (const auto c2 = src.find(", ", c1 + 2); c2 != std::string::npos) src.resize(c2);
-          *why = std::string("tuned table for ") + tuned::kind_names[static_cast<int>(*k)] + ", " +
-                 (r->p_lo == r->p_hi ? std::to_string(r->p_lo) : std::to_string(r->p_lo) + ".." + std::to_string(r->p_hi)) +
-                 " ranks, " + range_text({static_cast<std::size_t>(r->lo), static_cast<std::size_t>(r->hi)}) +
-                 (r->lo == 0 && r->hi == tuned::any ? "" : " bytes") + (src.empty() ? std::string() : " (" + src + ")");
-        }
-        return static_cast<choice>(r->a);
+    for (const auto& r : pl.tuned_rows[ci])
+      if (r.lo <= bytes && bytes <= r.hi) {
+        if (why) *why = tuned_reason(pl, *r.row);
+        return r.algorithm;
       }
-    }
-    if (windows) {
+    if (const auto w = index_of("shared_memory"); w && pl.runs[*w][ci]) {
       if (why) *why = "rule: the transport has shared windows -> shared_memory";
-      return choice::shared_memory;
+      return *w;
     }
-    const choice a = choose(c, bytes, p);
-    if (why) *why = "rule: " + rule_reason(c, bytes, p);
-    return a;
+    const std::string_view picked = rule(c, bytes, pl.p);
+    if (const auto i = index_of(picked); i && pl.runs[*i][ci] && !explicit_only[*i]) {
+      if (why) *why = "rule: " + rule_reason(c, bytes, pl.p);
+      return *i;
+    }
+    for (std::size_t i = 0; i < candidate_count; ++i)
+      if (pl.runs[i][ci] && !explicit_only[i]) {
+        if (why) *why = "rule: " + std::string(picked) + " is not a candidate here; the first candidate with a " +
+                        std::string(collective_name(c)) + " schedule";
+        return i;
+      }
+    // Only explicit-only candidates run it: the first of them (the communicator allows the call
+    // only where some candidate has the schedule).
+    for (std::size_t i = 0; i < candidate_count; ++i)
+      if (pl.runs[i][ci]) {
+        if (why) *why = "the only candidate with a " + std::string(collective_name(c)) + " schedule here";
+        return i;
+      }
+    return 0;
   }
 
-  /// `bytes` as the grammar writes it: 1M, 64K, 100 ("max" for no bound).
-  static std::string size_text(std::size_t b) {
-    if (b == static_cast<std::size_t>(-1)) return "max";
-    for (auto [shift, suffix] : {std::pair{30, "G"}, std::pair{20, "M"}, std::pair{10, "K"}})
-      if (b != 0 && b % (std::size_t{1} << shift) == 0) return std::to_string(b >> shift) + suffix;
-    return std::to_string(b);
-  }
-  static std::string range_text(size_range r) {
-    constexpr auto top = static_cast<std::size_t>(-1);
-    if (r.lo == 0 && r.hi == top) return "any size";
-    if (r.hi == top) return ">=" + size_text(r.lo);
-    if (r.lo == 0) return "<=" + size_text(r.hi);
-    return size_text(r.lo) + ".." + size_text(r.hi);
+  /// The α-β rule's pick by name (among the built-in algorithms; see the table above).
+  constexpr std::string_view rule(collective c, std::size_t bytes, int p) const noexcept {
+    const std::size_t total = bytes * static_cast<std::size_t>(p);
+    const bool pow2 = (p & (p - 1)) == 0;
+    switch (c) {
+      case collective::all_reduce:
+        return bytes < small_all_reduce_bytes || pow2 ? "recursive_doubling" : "ring";
+      case collective::broadcast:
+      case collective::reduce: return p <= 2 || bytes < pipeline_bytes ? "tree" : "ring";
+      case collective::gather:
+      case collective::scatter: return total < small_total_bytes ? "tree" : "direct";
+      case collective::all_gather: return total < small_total_bytes ? "recursive_doubling" : "ring";
+      case collective::all_gather_v: return total < small_total_bytes ? "direct" : "ring";
+      case collective::reduce_scatter:
+      case collective::reduce_scatter_v: return "ring";
+      case collective::all_to_all:
+      case collective::all_to_all_v:
+      case collective::gather_v:
+      case collective::scatter_v: return "direct";
+      default: return "recursive_doubling";  // barrier
+    }
   }
 
   /// Why the rule picks what it picks (the thresholds in the table at the top of this file).
   std::string rule_reason(collective c, std::size_t bytes, int p) const {
     const std::size_t total = bytes * static_cast<std::size_t>(p);
     const bool pow2 = (p & (p - 1)) == 0;
-    const std::string to = " -> " + std::string(choice_name(choose(c, bytes, p)));
+    const std::string to = " -> " + std::string(rule(c, bytes, p));
     switch (c) {
       case collective::all_reduce:
-        if (bytes < small_all_reduce_bytes) return "bytes < " + size_text(small_all_reduce_bytes) + to;
-        return pow2 ? "bytes >= " + size_text(small_all_reduce_bytes) + ", " + std::to_string(p) + " ranks a power of two" + to
-                    : "bytes >= " + size_text(small_all_reduce_bytes) + ", " + std::to_string(p) + " ranks not a power of two" + to;
+        if (bytes < small_all_reduce_bytes) return "bytes < " + detail::size_text(small_all_reduce_bytes) + to;
+        return "bytes >= " + detail::size_text(small_all_reduce_bytes) + ", " + std::to_string(p) + " ranks " +
+               (pow2 ? "a power of two" : "not a power of two") + to;
       case collective::broadcast:
       case collective::reduce:
         if (p <= 2) return "2 ranks or fewer" + to;
-        return (bytes < pipeline_bytes ? "bytes < " : "bytes >= ") + size_text(pipeline_bytes) + to;
+        return (bytes < pipeline_bytes ? "bytes < " : "bytes >= ") + detail::size_text(pipeline_bytes) + to;
       case collective::gather:
       case collective::scatter:
       case collective::all_gather:
-        return (total < small_total_bytes ? "ranks x bytes < " : "ranks x bytes >= ") + size_text(small_total_bytes) + to;
+      case collective::all_gather_v:
+        return (total < small_total_bytes ? "ranks x bytes < " : "ranks x bytes >= ") +
+               detail::size_text(small_total_bytes) + to;
       default: return "always" + to;
     }
   }
 
-  /// Calls `f(algorithm)` with the chosen concrete algorithm object.
-  template <class F>
-  decltype(auto) visit(choice c, F&& f) const {
-    switch (c) {
-      case choice::ring: return f(ring);
-      case choice::tree: return f(tree);
-      case choice::recursive_doubling: return f(recursive_doubling);
-      case choice::shared_memory: return f(shared_memory);
-      case choice::native: return f(native);
-      default: return f(direct);
-    }
-  }
-
-  static constexpr std::string_view choice_name(choice c) noexcept {
-    constexpr std::string_view names[] = {"ring", "tree", "recursive_doubling", "direct", "shared_memory", "native"};
-    return names[static_cast<int>(c)];
-  }
-
-  /// Whether the concrete algorithm `a` has a schedule for collective `c`.
-  static constexpr bool supports(choice a, collective c) noexcept {
-    return support_table()[static_cast<std::size_t>(a)][static_cast<std::size_t>(c)];
+  static std::string tuned_reason(const plan& pl, const tuned::row& r) {
+    // the run, shortened to its first two fields ("tutti-bench --tune, <date>")
+    std::string src(pl.tuned_source);
+    if (const auto c1 = src.find(", "); c1 != std::string::npos)
+      if (const auto c2 = src.find(", ", c1 + 2); c2 != std::string::npos) src.resize(c2);
+    return "tuned table for " + std::string(pl.tuning_kind) + ", " +
+           (r.p_lo == r.p_hi ? std::to_string(r.p_lo) : std::to_string(r.p_lo) + ".." + std::to_string(r.p_hi)) +
+           " ranks, " + detail::range_text({static_cast<std::size_t>(r.lo), static_cast<std::size_t>(r.hi)}) +
+           (r.lo == 0 && r.hi == tuned::any ? "" : " bytes") + (src.empty() ? std::string() : " (" + src + ")");
   }
 
  private:
-  /// Whether `c`'s per_collective entry came from a `c=alg` item rather than the bare name.
-  static bool explicit_collective(const override_table& t, collective c) noexcept {
-    return !t.bare || t.per_collective[static_cast<std::size_t>(c)] != t.bare;
-  }
-  template <class A>
-  static constexpr std::array<bool, 9> row() {
-    return {algorithm_for<A, collective::broadcast>,  algorithm_for<A, collective::reduce>,
-            algorithm_for<A, collective::all_reduce>, algorithm_for<A, collective::gather>,
-            algorithm_for<A, collective::all_gather>, algorithm_for<A, collective::scatter>,
-            algorithm_for<A, collective::all_to_all>, algorithm_for<A, collective::reduce_scatter>,
-            algorithm_for<A, collective::barrier>};
-  }
-  static constexpr std::array<std::array<bool, 9>, 6> support_table() {
-    // shared_memory and native have every collective, on transports with the capability.
-    constexpr std::array<bool, 9> all{true, true, true, true, true, true, true, true, true};
-    return {row<algo::ring>(), row<algo::tree>(), row<algo::recursive_doubling>(), row<algo::direct>(), all, all};
+  template <std::size_t I, class F>
+  decltype(auto) visit_from(std::size_t i, F& f) const {
+    if constexpr (I + 1 == candidate_count) {
+      return f(std::get<I>(candidates));
+    } else {
+      if (i == I) return f(std::get<I>(candidates));
+      return visit_from<I + 1>(i, f);
+    }
   }
 };
 
-inline automatic::override_table automatic::override_table::parse(std::string_view text) {
+template <class... Candidates>
+template <class Transport>
+typename automatic_of<Candidates...>::override_table automatic_of<Candidates...>::override_table::parse(
+    std::string_view text) {
   override_table t;
+  constexpr auto& runs = support<Transport>;
   const std::string whole(text);
   auto trim = [](std::string_view s) {
     while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
     while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
     return s;
   };
-  auto fail = [&](const std::string& msg) -> void {
-    throw config_error("TUTTI_ALGO=" + whole + ": " + msg);
+  auto fail = [&](const std::string& msg) -> void { throw config_error("TUTTI_ALGO=" + whole + ": " + msg); };
+  auto candidate_list = [] {
+    std::string s;
+    for (std::size_t i = 0; i < candidate_count; ++i)
+      s += (i == 0 ? "" : i + 1 == candidate_count ? " or " : ", ") + std::string(names[i]);
+    return s;
   };
-  auto algo_named = [&](std::string_view n) -> choice {
-    for (int i = 0; i < 6; ++i)
-      if (choice_name(static_cast<choice>(i)) == n) return static_cast<choice>(i);
+  auto runs_any = [&](std::size_t a) {
+    for (std::size_t c = 0; c < scheduled_count; ++c)
+      if (runs[a][c]) return true;
+    return false;
+  };
+  auto algo_named = [&](std::string_view n) -> std::size_t {
+    if (const auto i = index_of(n)) {
+      if (!runs_any(*i)) {
+        if (!needs[*i].empty())
+          fail("'" + std::string(n) + "' needs " + std::string(needs[*i]) + "; this communicator's transport has none");
+        fail("'" + std::string(n) + "' has no schedule on this communicator's transport");
+      }
+      return *i;
+    }
     if (n == "automatic") fail("'automatic' is the default; leave the collective out instead");
-    fail("unknown algorithm '" + std::string(n) +
-         "' (expected ring, tree, recursive_doubling, direct, shared_memory or native)");
-    return choice::ring;
+    fail("unknown algorithm '" + std::string(n) + "' (expected " + candidate_list() + ")");
+    return 0;
   };
   auto collective_named = [&](std::string_view n) -> collective {
-    for (int i = 0; i < 9; ++i)
-      if (collective_name(static_cast<collective>(i)) == n) return static_cast<collective>(i);
-    fail("unknown collective '" + std::string(n) +
-         "' (expected broadcast, reduce, all_reduce, gather, all_gather, scatter, all_to_all, reduce_scatter or barrier)");
+    if (const auto c = tutti::collective_named(n)) return *c;
+    fail("unknown collective '" + std::string(n) + "' (expected " + std::string(scheduled_names()) + ")");
     return collective::barrier;
   };
   constexpr auto top = static_cast<std::size_t>(-1);
@@ -347,7 +439,7 @@ inline automatic::override_table automatic::override_table::parse(std::string_vi
     }
     return out;
   };
-  std::array<bool, 9> named{};
+  std::array<bool, scheduled_count> named{};
   int current = -1;  // the collective an `alg@range` continuation belongs to
   bool first = true;
   text = trim(text);
@@ -385,51 +477,55 @@ inline automatic::override_table automatic::override_table::parse(std::string_vi
     const auto c = static_cast<collective>(current);
     const auto ci = static_cast<std::size_t>(c);
     const auto at = spec.find('@');
-    const choice a = algo_named(trim(spec.substr(0, at)));
-    if (!supports(a, c)) fail(std::string(choice_name(a)) + " has no " + std::string(collective_name(c)) + " schedule");
+    const std::size_t a = algo_named(trim(spec.substr(0, at)));
+    if (!runs[a][ci])
+      fail(std::string(names[a]) + " has no " + std::string(collective_name(c)) + " schedule" +
+           (needs[a].empty() ? std::string() : " here (it needs " + std::string(needs[a]) + ")"));
     if (at == std::string_view::npos) {
       if (!t.per_size[ci].empty() || t.per_collective[ci])
         fail("'" + std::string(item) + "': " + std::string(collective_name(c)) +
              " already has an algorithm; give every algorithm of a list a range (alg@range)");
       t.per_collective[ci] = a;
+      t.explicit_collective[ci] = true;
     } else {
       if (t.per_collective[ci])
         fail("'" + std::string(item) + "': " + std::string(collective_name(c)) + " already has an algorithm for every size");
+      if (info(c).size == size_basis::unknown || info(c).size == size_basis::none)
+        fail("'" + std::string(item) + "': " + std::string(collective_name(c)) +
+             " takes no size range (no size of it is known on every rank); name its algorithm without one");
       const size_range r = range_named(spec.substr(at + 1), item);
       for (const auto& o : t.per_size[ci])
         if (r.lo <= o.range.hi && o.range.lo <= r.hi)
           fail("'" + std::string(item) + "' overlaps '" + o.text + "' (" + std::string(collective_name(c)) +
                " ranges must not overlap)");
-      t.per_size[ci].push_back({r, a, std::string(collective_name(c)) + "=" + std::string(choice_name(a)) + "@" +
+      t.per_size[ci].push_back({r, a, std::string(collective_name(c)) + "=" + std::string(names[a]) + "@" +
                                           std::string(trim(spec.substr(at + 1)))});
     }
     if (comma == std::string_view::npos) break;
     text = text.substr(comma + 1);
   }
   if (t.bare)
-    for (int c = 0; c < 9; ++c)
-      if (!t.per_collective[static_cast<std::size_t>(c)] && supports(*t.bare, static_cast<collective>(c)))
-        t.per_collective[static_cast<std::size_t>(c)] = t.bare;
+    for (std::size_t c = 0; c < scheduled_count; ++c)
+      if (!t.per_collective[c] && runs[*t.bare][c]) t.per_collective[c] = t.bare;
   return t;
 }
 
+/// The default: every algorithm tutti ships.
+using automatic = automatic_of<ring, tree, recursive_doubling, direct, shared_memory, native>;
+
 static_assert(algorithm<automatic>);
-static_assert(static_cast<int>(tuned::alg::ring) == static_cast<int>(automatic::choice::ring) &&
-              static_cast<int>(tuned::alg::tree) == static_cast<int>(automatic::choice::tree) &&
-              static_cast<int>(tuned::alg::recursive_doubling) == static_cast<int>(automatic::choice::recursive_doubling) &&
-              static_cast<int>(tuned::alg::direct) == static_cast<int>(automatic::choice::direct) &&
-              static_cast<int>(tuned::alg::shared_memory) == static_cast<int>(automatic::choice::shared_memory),
-              "tuned_table.hpp's alg must list automatic::choice's values in its order");
 
-/// The tuned-table kind of a transport type: shm, tcp and inproc have one; others (MPI, user
-/// transports) use the rule.
-template <class Transport>
-inline constexpr std::optional<tuned::kind> tuned_kind_of = std::nullopt;
-template <>
-inline constexpr std::optional<tuned::kind> tuned_kind_of<tutti::shm> = tuned::kind::shm;
-template <>
-inline constexpr std::optional<tuned::kind> tuned_kind_of<tutti::tcp> = tuned::kind::tcp;
-template <>
-inline constexpr std::optional<tuned::kind> tuned_kind_of<tutti::inproc> = tuned::kind::threads;
+}  // namespace tutti::algo
 
+namespace tutti::detail {
+/// automatic_of runs a collective wherever one of its candidates does.
+template <class... Candidates, collective C, class Transport>
+struct has_schedule<algo::automatic_of<Candidates...>, C, Transport>
+    : std::bool_constant<(algorithm_for<Candidates, C, Transport> || ...)> {};
+}  // namespace tutti::detail
+
+namespace tutti::algo {
+static_assert(algorithm_for<automatic, collective::all_reduce>);
+static_assert(algorithm_for<automatic, collective::all_to_all>);
+static_assert(!algorithm_for<automatic_of<ring, tree>, collective::all_to_all>);
 }  // namespace tutti::algo

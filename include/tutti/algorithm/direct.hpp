@@ -13,7 +13,6 @@
 #pragma once
 
 #include <cstddef>
-#include <cstring>
 #include <string_view>
 
 #include "tutti/algorithm/algorithm.hpp"
@@ -24,22 +23,22 @@ namespace tutti::algo {
 struct direct {
   static constexpr std::string_view name = "direct";
 
-  template <class Ch, class T>
-  void broadcast(Ch& ch, view<T> buf, int root) const {
+  template <class Ch, class T, class M>
+  void broadcast(Ch& ch, view<T, M> buf, int root) const {
     const int p = ch.size(), r = ch.rank();
     if (r != root) return ch.recv(root, buf);
-    for (int i = 1; i < p; ++i) ch.send(schedule::mod(root + i, p), view<const T>(buf));
+    for (int i = 1; i < p; ++i) ch.send(schedule::mod(root + i, p), view<const T, M>(buf));
   }
 
-  template <class Ch, class T, class Op>
-  void reduce(Ch& ch, view<T> buf, int root, const Op& op) const {
+  template <class Ch, class T, class M, class Op>
+  void reduce(Ch& ch, view<T, M> buf, int root, const Op& op) const {
     const int p = ch.size(), r = ch.rank();
-    if (r != root) return ch.send(root, view<const T>(buf));
-    for (int i = 1; i < p; ++i) ch.recv_reduce(schedule::mod(root + i, p), view<const T>(buf), buf, op);
+    if (r != root) return ch.send(root, view<const T, M>(buf));
+    for (int i = 1; i < p; ++i) ch.recv_reduce(schedule::mod(root + i, p), view<const T, M>(buf), buf, op);
   }
 
-  template <class Ch, class T, class Op>
-  void all_reduce(Ch& ch, view<T> buf, const Op& op) const {
+  template <class Ch, class T, class M, class Op>
+  void all_reduce(Ch& ch, view<T, M> buf, const Op& op) const {
     const int p = ch.size(), r = ch.rank();
     const std::size_t n = buf.size();
     auto blk = [&](int b) {
@@ -49,65 +48,65 @@ struct direct {
     // Reduce-scatter: rank r collects everybody's copy of block r.
     for (int s = 1; s < p; ++s) {
       const int to = schedule::mod(r + s, p), from = schedule::mod(r - s, p);
-      ch.sendrecv_reduce(to, view<const T>(blk(to)), from, view<const T>(blk(r)), blk(r), op);
+      ch.sendrecv_reduce(to, view<const T, M>(blk(to)), from, view<const T, M>(blk(r)), blk(r), op);
     }
     // All-gather: hand block r to everybody.
     for (int s = 1; s < p; ++s) {
       const int to = schedule::mod(r + s, p), from = schedule::mod(r - s, p);
-      ch.sendrecv(to, view<const T>(blk(r)), from, blk(from));
+      ch.sendrecv(to, view<const T, M>(blk(r)), from, blk(from));
     }
   }
 
-  template <class Ch, class T>
-  void gather(Ch& ch, view<const T> in, view<T> out, int root) const {
+  template <class Ch, class T, class M>
+  void gather(Ch& ch, view<const T, M> in, view<T, M> out, int root) const {
     const int p = ch.size(), r = ch.rank();
     if (r != root) return ch.send(root, in);
-    copy(in, block(out, r, in.size()));
+    ch.copy(in, block(out, r, in.size()));
     for (int i = 1; i < p; ++i) {
       const int from = schedule::mod(root + i, p);
       ch.recv(from, block(out, from, in.size()));
     }
   }
 
-  template <class Ch, class T>
-  void scatter(Ch& ch, view<const T> in, view<T> out, int root) const {
+  template <class Ch, class T, class M>
+  void scatter(Ch& ch, view<const T, M> in, view<T, M> out, int root) const {
     const int p = ch.size(), r = ch.rank();
     if (r != root) return ch.recv(root, out);
     for (int i = 1; i < p; ++i) {
       const int to = schedule::mod(root + i, p);
       ch.send(to, block(in, to, out.size()));
     }
-    copy(block(in, r, out.size()), out);
+    ch.copy(block(in, r, out.size()), out);
   }
 
-  template <class Ch, class T>
-  void all_gather(Ch& ch, view<const T> in, view<T> out) const {
+  template <class Ch, class T, class M>
+  void all_gather(Ch& ch, view<const T, M> in, view<T, M> out) const {
     const int p = ch.size(), r = ch.rank();
-    copy(in, block(out, r, in.size()));
+    ch.copy(in, block(out, r, in.size()));
     for (int s = 1; s < p; ++s)
       ch.sendrecv(schedule::mod(r + s, p), in, schedule::mod(r - s, p),
                   block(out, schedule::mod(r - s, p), in.size()));
   }
 
-  template <class Ch, class T>
-  void all_to_all(Ch& ch, view<const T> in, view<T> out) const {
+  template <class Ch, class T, class M>
+  void all_to_all(Ch& ch, view<const T, M> in, view<T, M> out) const {
     const int p = ch.size(), r = ch.rank();
     const std::size_t blk = in.size() / static_cast<std::size_t>(p);
-    copy(block(in, r, blk), block(out, r, blk));
+    ch.copy(block(in, r, blk), block(out, r, blk));
     for (int s = 1; s < p; ++s) {
       const int to = schedule::mod(r + s, p), from = schedule::mod(r - s, p);
       ch.sendrecv(to, block(in, to, blk), from, block(out, from, blk));
     }
   }
 
-  template <class Ch, class T, class Op>
-  void reduce_scatter(Ch& ch, view<const T> in, view<T> out, const Op& op) const {
+  template <class Ch, class T, class M, class Op>
+  void reduce_scatter(Ch& ch, view<const T, M> in, view<T, M> out, const Op& op) const {
     const int p = ch.size(), r = ch.rank();
     const std::size_t blk = out.size();
     for (int s = 1; s < p; ++s) {
       const int to = schedule::mod(r + s, p), from = schedule::mod(r - s, p);
       ch.sendrecv_reduce(to, block(in, to, blk), from,
-                         s == 1 ? block(in, r, blk) : view<const T>(out), out, op);
+                         s == 1 ? block(in, r, blk) : view<const T, M>(out), out, op);
     }
   }
 
@@ -115,22 +114,23 @@ struct direct {
   void barrier(Ch& ch) const {
     const int p = ch.size(), r = ch.rank();
     if (r != 0) {
-      ch.send(0, view<const char>{});
-      ch.recv(0, view<char>{});
+      ch.send(0, none<Ch, const char>());
+      ch.recv(0, none<Ch, char>());
       return;
     }
-    for (int i = 1; i < p; ++i) ch.recv(i, view<char>{});
-    for (int i = 1; i < p; ++i) ch.send(i, view<const char>{});
+    for (int i = 1; i < p; ++i) ch.recv(i, none<Ch, char>());
+    for (int i = 1; i < p; ++i) ch.send(i, none<Ch, const char>());
   }
 
  private:
-  template <class T>
-  static view<T> block(view<T> v, int b, std::size_t blk) {
+  template <class T, class M>
+  static view<T, M> block(view<T, M> v, int b, std::size_t blk) {
     return v.subview(static_cast<std::size_t>(b) * blk, blk);
   }
-  template <class T>
-  static void copy(view<const T> from, view<T> to) {
-    if (!from.empty() && from.data() != to.data()) std::memcpy(to.data(), from.data(), from.size_bytes());
+  /// An empty view in the channel's memory: a message that carries only its fingerprint.
+  template <class Ch, class T>
+  static typename Ch::template view_type<T> none() {
+    return {};
   }
 };
 

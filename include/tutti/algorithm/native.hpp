@@ -31,34 +31,17 @@
 
 #include "tutti/algorithm/algorithm.hpp"
 #include "tutti/op/ops.hpp"
-#include "tutti/transport/transport.hpp"
+#include "tutti/transport/capabilities.hpp"
 
 namespace tutti {
-
-/// Capability: the transport runs collectives itself. Each call blocks until this rank's part is
-/// done (or the deadline passes: `timeout_error`; with `blocking`, the transport may wait without
-/// one); in-place forms are recognised from the pointers exactly as the communicator allows them
-/// (in == out, or `in` is this rank's block).
-template <class T>
-concept native_collectives =
-    transport<T> && requires(T& t, const float* in, float* out, std::size_t n, int root, const fingerprint& fp,
-                             const wait_context& w, bool blocking) {
-      t.native_agree(fp, w, blocking);
-      t.native_broadcast(out, n, root, fp, w, blocking);
-      t.native_reduce(in, out, n, root, op::sum{}, fp, w, blocking);
-      t.native_all_reduce(in, out, n, op::sum{}, fp, w, blocking);
-      t.native_gather(in, out, n, root, fp, w, blocking);
-      t.native_all_gather(in, out, n, fp, w, blocking);
-      t.native_scatter(in, out, n, root, fp, w, blocking);
-      t.native_all_to_all(in, out, n, fp, w, blocking);
-      t.native_reduce_scatter(in, out, n, op::sum{}, fp, w, blocking);
-      t.native_barrier(fp, w, blocking);
-    };
 
 namespace algo {
 
 struct native {
   static constexpr std::string_view name = "native";
+  /// What it needs of a transport, and that automatic picks it only by name (see above).
+  static constexpr std::string_view needs = "a transport with collectives of its own (tutti::mpi)";
+  static constexpr bool explicit_only = true;
   /// Agree on the fingerprint before each collective (see the file comment).
   bool check_fingerprint = true;
   /// Use MPI's blocking collectives: faster, but no deadline (see the file comment).

@@ -15,12 +15,10 @@
 #pragma once
 
 #include <cstddef>
-#include <cstring>
 #include <string_view>
 
 #include "tutti/algorithm/algorithm.hpp"
 #include "tutti/algorithm/schedule.hpp"
-#include "tutti/op/kernels.hpp"
 
 namespace tutti::algo {
 
@@ -29,15 +27,15 @@ struct recursive_doubling {
   /// From this many bytes on, all_reduce uses recursive halving/doubling (Rabenseifner).
   std::size_t halving_threshold_bytes = std::size_t{64} << 10;
 
-  template <class Ch, class T, class Op>
-  void all_reduce(Ch& ch, view<T> buf, const Op& op) const {
+  template <class Ch, class T, class M, class Op>
+  void all_reduce(Ch& ch, view<T, M> buf, const Op& op) const {
     const int p = ch.size(), r = ch.rank(), p2 = schedule::pow2_floor(p), extra = p - p2;
     const int nr = schedule::fold_newrank(r, p);
     const std::size_t n = buf.size();
     // Fold: even ranks among the first 2·extra hand their data to the next (odd) rank.
     if (r < 2 * extra) {
-      if (r % 2 == 0) ch.send(r + 1, view<const T>(buf));
-      else ch.recv_reduce(r - 1, view<const T>(buf), buf, op);
+      if (r % 2 == 0) ch.send(r + 1, view<const T, M>(buf));
+      else ch.recv_reduce(r - 1, view<const T, M>(buf), buf, op);
     }
     if (nr >= 0) {
       auto real = [p](int newrank) { return schedule::fold_oldrank(newrank, p); };
@@ -45,9 +43,9 @@ struct recursive_doubling {
         auto theirs = ch.template scratch<T>(0, n);
         for (int mask = 1; mask < p2; mask <<= 1) {
           const int partner = nr ^ mask;
-          ch.sendrecv(real(partner), view<const T>(buf), real(partner), theirs);
-          if (partner < nr) detail::combine(buf.data(), theirs.data(), buf.data(), n, op);
-          else detail::combine(buf.data(), buf.data(), theirs.data(), n, op);
+          ch.sendrecv(real(partner), view<const T, M>(buf), real(partner), theirs);
+          if (partner < nr) ch.combine(buf, view<const T, M>(theirs), view<const T, M>(buf), op);
+          else ch.combine(buf, view<const T, M>(buf), view<const T, M>(theirs), op);
         }
       } else {
         auto elems = [&](int first, int last) {
@@ -63,28 +61,28 @@ struct recursive_doubling {
           const int keep_lo = upper ? mid : lo, keep_hi = upper ? hi : mid;
           const int send_lo = upper ? lo : mid, send_hi = upper ? mid : hi;
           auto keep = elems(keep_lo, keep_hi);
-          ch.sendrecv_reduce(real(nr ^ mask), view<const T>(elems(send_lo, send_hi)), real(nr ^ mask),
-                             view<const T>(keep), keep, op);
+          ch.sendrecv_reduce(real(nr ^ mask), view<const T, M>(elems(send_lo, send_hi)), real(nr ^ mask),
+                             view<const T, M>(keep), keep, op);
           lo = keep_lo;
           hi = keep_hi;
         }
         // Recursive doubling: swap complete groups of blocks, doubling each round.
         for (int mask = 1; mask < p2; mask <<= 1) {
           const int mine = nr & ~(mask - 1), theirs = (nr ^ mask) & ~(mask - 1);
-          ch.sendrecv(real(nr ^ mask), view<const T>(elems(mine, mine + mask)), real(nr ^ mask),
+          ch.sendrecv(real(nr ^ mask), view<const T, M>(elems(mine, mine + mask)), real(nr ^ mask),
                       elems(theirs, theirs + mask));
         }
       }
     }
     // Unfold: the odd partners return the result.
     if (r < 2 * extra) {
-      if (r % 2 == 1) ch.send(r - 1, view<const T>(buf));
+      if (r % 2 == 1) ch.send(r - 1, view<const T, M>(buf));
       else ch.recv(r + 1, buf);
     }
   }
 
-  template <class Ch, class T>
-  void all_gather(Ch& ch, view<const T> in, view<T> out) const {
+  template <class Ch, class T, class M>
+  void all_gather(Ch& ch, view<const T, M> in, view<T, M> out) const {
     const int p = ch.size(), r = ch.rank();
     const std::size_t blk = in.size();
     auto blocks = [blk](auto v, int first, int count) {
@@ -92,32 +90,33 @@ struct recursive_doubling {
     };
     if ((p & (p - 1)) == 0) {
       auto mine = blocks(out, r, 1);
-      if (blk && mine.data() != in.data()) std::memcpy(mine.data(), in.data(), in.size_bytes());
+      ch.copy(in, mine);
       for (int mask = 1; mask < p; mask <<= 1) {
         const int partner = r ^ mask, a = r & ~(mask - 1), b = partner & ~(mask - 1);
-        ch.sendrecv(partner, view<const T>(blocks(out, a, mask)), partner, blocks(out, b, mask));
+        ch.sendrecv(partner, view<const T, M>(blocks(out, a, mask)), partner, blocks(out, b, mask));
       }
       return;
     }
     // Bruck: tmp block i holds rank (r + i) mod p's block; round k doubles what we hold.
     auto tmp = ch.template scratch<T>(0, static_cast<std::size_t>(p) * blk);
-    if (blk) std::memcpy(tmp.data(), in.data(), in.size_bytes());
+    ch.copy(in, tmp);
     for (int dist = 1; dist < p; dist <<= 1) {
       const int count = dist < p - dist ? dist : p - dist;
-      ch.sendrecv(schedule::mod(r - dist, p), view<const T>(blocks(tmp, 0, count)),
+      ch.sendrecv(schedule::mod(r - dist, p), view<const T, M>(blocks(tmp, 0, count)),
                   schedule::mod(r + dist, p), blocks(tmp, dist, count));
     }
     if (blk == 0) return;
     const std::size_t head = static_cast<std::size_t>(p - r) * blk, tail = static_cast<std::size_t>(r) * blk;
-    std::memcpy(out.data() + tail, tmp.data(), head * sizeof(T));
-    std::memcpy(out.data(), tmp.data() + head, tail * sizeof(T));
+    ch.copy(tmp.subview(0, head), out.subview(tail, head));
+    ch.copy(tmp.subview(head, tail), out.subview(0, tail));
   }
 
   template <class Ch>
   void barrier(Ch& ch) const {
     const int p = ch.size(), r = ch.rank();
     for (int dist = 1; dist < p; dist <<= 1)
-      ch.sendrecv(schedule::mod(r + dist, p), view<const char>{}, schedule::mod(r - dist, p), view<char>{});
+      ch.sendrecv(schedule::mod(r + dist, p), typename Ch::template view_type<const char>{}, schedule::mod(r - dist, p),
+                  typename Ch::template view_type<char>{});
   }
 };
 

@@ -14,7 +14,6 @@
 #pragma once
 
 #include <cstddef>
-#include <cstring>
 #include <string_view>
 
 #include "tutti/algorithm/algorithm.hpp"
@@ -27,8 +26,8 @@ struct ring {
   /// Pipelining unit: each step's block moves in pieces of about this many bytes.
   std::size_t chunk_bytes = std::size_t{1} << 20;
 
-  template <class Ch, class T, class Op>
-  void all_reduce(Ch& ch, view<T> buf, const Op& op) const {
+  template <class Ch, class T, class M, class Op>
+  void all_reduce(Ch& ch, view<T, M> buf, const Op& op) const {
     const int p = ch.size(), r = ch.rank(), next = schedule::mod(r + 1, p),
               prev = schedule::mod(r - 1, p);
     const std::size_t n = buf.size();
@@ -51,20 +50,20 @@ struct ring {
     }
   }
 
-  template <class Ch, class T, class Op>
-  void reduce_scatter(Ch& ch, view<const T> in, view<T> out, const Op& op) const {
+  template <class Ch, class T, class M, class Op>
+  void reduce_scatter(Ch& ch, view<const T, M> in, view<T, M> out, const Op& op) const {
     const int p = ch.size(), r = ch.rank(), next = schedule::mod(r + 1, p),
               prev = schedule::mod(r - 1, p);
     const std::size_t blk = out.size();
     const std::size_t k = pieces_for<T>(blk);
     // The user's input stays untouched: partials travel through two scratch blocks used in
     // turn (the next rank may still be reading the one written a step earlier).
-    view<T> acc[2] = {ch.template scratch<T>(0, blk), ch.template scratch<T>(1, blk)};
+    view<T, M> acc[2] = {ch.template scratch<T>(0, blk), ch.template scratch<T>(1, blk)};
     auto whole = [&](int b) { return in.subview(static_cast<std::size_t>(b) * blk, blk); };
     for (int s = 0; s + 1 < p; ++s) {
       const int sb = schedule::ring_rs_send_block(r, p, s), rb = schedule::ring_rs_recv_block(r, p, s);
-      view<const T> src = s == 0 ? whole(sb) : as_const(acc[(s - 1) % 2]);
-      view<T> dst = s + 2 == p ? out : acc[s % 2];  // the last step lands block r in `out`
+      view<const T, M> src = s == 0 ? whole(sb) : as_const(acc[(s - 1) % 2]);
+      view<T, M> dst = s + 2 == p ? out : acc[s % 2];  // the last step lands block r in `out`
       const schedule::range all{0, blk};
       for (std::size_t i = 0; i < k; ++i)
         ch.sendrecv_reduce(next, sub(src, all, k, i), prev, sub(whole(rb), all, k, i),
@@ -72,13 +71,13 @@ struct ring {
     }
   }
 
-  template <class Ch, class T>
-  void all_gather(Ch& ch, view<const T> in, view<T> out) const {
+  template <class Ch, class T, class M>
+  void all_gather(Ch& ch, view<const T, M> in, view<T, M> out) const {
     const int p = ch.size(), r = ch.rank(), next = schedule::mod(r + 1, p),
               prev = schedule::mod(r - 1, p);
     const std::size_t blk = in.size();
     auto mine = out.subview(static_cast<std::size_t>(r) * blk, blk);
-    if (blk && mine.data() != in.data()) std::memcpy(mine.data(), in.data(), in.size_bytes());
+    ch.copy(in, mine);
     const std::size_t k = pieces_for<T>(blk);
     const std::size_t n = blk * static_cast<std::size_t>(p);
     auto piece = [&](int b, std::size_t i) { return sub(out, schedule::block(n, p, b), k, i); };
@@ -88,8 +87,8 @@ struct ring {
     }
   }
 
-  template <class Ch, class T>
-  void broadcast(Ch& ch, view<T> buf, int root) const {
+  template <class Ch, class T, class M>
+  void broadcast(Ch& ch, view<T, M> buf, int root) const {
     const int p = ch.size(), r = ch.rank();
     const int vr = schedule::mod(r - root, p), next = schedule::mod(r + 1, p),
               prev = schedule::mod(r - 1, p);
@@ -107,8 +106,8 @@ struct ring {
     }
   }
 
-  template <class Ch, class T, class Op>
-  void reduce(Ch& ch, view<T> buf, int root, const Op& op) const {
+  template <class Ch, class T, class M, class Op>
+  void reduce(Ch& ch, view<T, M> buf, int root, const Op& op) const {
     const int p = ch.size(), r = ch.rank();
     // Chain position: root+1 starts, the root ends.
     const int q = schedule::mod(r - root - 1, p), next = schedule::mod(r + 1, p),
@@ -133,8 +132,8 @@ struct ring {
   template <class Ch>
   void barrier(Ch& ch) const {
     const int p = ch.size(), r = ch.rank();
-    view<const char> none;
-    view<char> nothing;
+    typename Ch::template view_type<const char> none;
+    typename Ch::template view_type<char> nothing;
     // After round s, rank r has heard (transitively) from ranks r-1 .. r-s-1.
     for (int s = 0; s + 1 < p; ++s) ch.sendrecv(schedule::mod(r + 1, p), none, schedule::mod(r - 1, p), nothing);
   }
@@ -145,13 +144,13 @@ struct ring {
     return schedule::pieces(largest_block, chunk_bytes / sizeof(T) ? chunk_bytes / sizeof(T) : 1);
   }
   /// Piece i of k of the element range r of v.
-  template <class T>
-  static view<T> sub(view<T> v, schedule::range r, std::size_t k, std::size_t i) {
+  template <class T, class M>
+  static view<T, M> sub(view<T, M> v, schedule::range r, std::size_t k, std::size_t i) {
     const auto piece = schedule::block(r.size(), static_cast<int>(k), static_cast<int>(i));
     return v.subview(r.begin + piece.begin, piece.size());
   }
-  template <class T>
-  static view<const T> as_const(view<T> v) {
+  template <class T, class M>
+  static view<const T, M> as_const(view<T, M> v) {
     return v;
   }
 };

@@ -50,27 +50,16 @@
 #include "tutti/algorithm/schedule.hpp"
 #include "tutti/algorithm/tree.hpp"
 #include "tutti/op/kernels.hpp"
-#include "tutti/transport/transport.hpp"
+#include "tutti/transport/capabilities.hpp"
 
 namespace tutti {
-
-/// Capability: ranks see each other's windows and publish phase counters.
-template <class T>
-concept shared_window = transport<T> && requires(T& t, const T& ct, int r, std::uint64_t g, const fingerprint& fp,
-                                                 bool compare, const wait_context& w) {
-  { ct.has_window() } -> std::convertible_to<bool>;
-  { ct.window(r) } -> std::same_as<std::byte*>;
-  { ct.window_bytes() } -> std::convertible_to<std::size_t>;
-  { ct.phase() } -> std::convertible_to<std::uint64_t>;
-  t.post(g, fp);
-  t.wait_phase(r, g, fp, compare, w);
-  t.wait_all(g, fp, compare, w);
-};
 
 namespace algo {
 
 struct shared_memory {
   static constexpr std::string_view name = "shared_memory";
+  /// What it needs of a transport (its schedules run on host memory only).
+  static constexpr std::string_view needs = "a transport with shared windows (tutti::shm)";
   /// all_reduce runs one shot while bytes·(p−1)² is at most this (and the message fits a window
   /// half): every rank reads all p slots, so the two-shot schedule wins sooner as p grows
   /// (measured here: up to 256 KiB at 2 ranks, 32 KiB at 4).
@@ -396,6 +385,7 @@ struct shared_memory {
   template <class Ch>
   class phases {
    public:
+    using transport_type = typename Ch::transport_type;
     explicit phases(Ch& ch) : ch_(ch), t_(ch.transport()), fp_(ch.fp()), w_(ch.wait()) {}
 
     int size() const { return ch_.size(); }
@@ -416,7 +406,7 @@ struct shared_memory {
       // Phase g−1 may have been a step where this rank compared nobody's fingerprint (a reduce
       // leaf, ranks that disagree on the root), and an earlier point-to-point call may have
       // ended with messages nobody received: the transport checks both now (shm::check_posted).
-      if constexpr (requires { t_.check_posted(g - 1, fp_, w_); }) t_.check_posted(g - 1, fp_, w_);
+      if constexpr (posted_check<transport_type>) t_.check_posted(g - 1, fp_, w_);
       return g;
     }
     void post(std::uint64_t g) { t_.post(g, fp_); }
@@ -435,12 +425,12 @@ struct shared_memory {
     /// Offers this rank's input of phase g to the peers where it lies (an arena; or this process,
     /// read with process_vm_readv, when `single_copy`); false: copy it into the slot.
     bool offer_source(std::uint64_t g, const void* p, std::size_t bytes, bool single_copy) {
-      if constexpr (requires { t_.offer_source(g, p, bytes, single_copy); }) return t_.offer_source(g, p, bytes, single_copy);
+      if constexpr (window_sources<transport_type>) return t_.offer_source(g, p, bytes, single_copy);
       else return false;
     }
     /// Whether peers' memory can be read where it lies (process_vm_readv) on this communicator.
     bool single_copy() const {
-      if constexpr (requires { t_.single_copy(); }) return t_.single_copy();
+      if constexpr (window_sources<transport_type>) return t_.single_copy();
       else return false;
     }
     /// A copy of `bytes` at `p` in the transport's staging buffer `stage` (0..2).
@@ -451,7 +441,7 @@ struct shared_memory {
     }
     /// Copies `bytes` at byte `offset` of what rank r offered at phase g into `dst`.
     void copy_source(int r, std::uint64_t g, std::size_t offset, std::size_t bytes, std::byte* dst) {
-      if constexpr (requires { t_.copy_source(r, g, offset, bytes, dst); }) {
+      if constexpr (window_sources<transport_type>) {
         if (t_.copy_source(r, g, offset, bytes, dst)) return;
       }
       copy_out(dst, slot(r, g) + offset, bytes);
@@ -459,7 +449,7 @@ struct shared_memory {
     /// `bytes` at byte `offset` of rank r's input of phase g: where it offered it (read into the
     /// transport's staging buffer `stage` if need be), else its slot.
     const std::byte* input(int r, std::uint64_t g, std::size_t offset, std::size_t bytes, int stage) {
-      if constexpr (requires { t_.read_source(r, g, offset, bytes, stage); }) {
+      if constexpr (window_sources<transport_type>) {
         if (const std::byte* s = t_.read_source(r, g, offset, bytes, stage)) return s;
       }
       return slot(r, g) + offset;

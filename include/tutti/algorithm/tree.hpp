@@ -13,7 +13,6 @@
 #pragma once
 
 #include <cstddef>
-#include <cstring>
 #include <string_view>
 
 #include "tutti/algorithm/algorithm.hpp"
@@ -24,38 +23,38 @@ namespace tutti::algo {
 struct tree {
   static constexpr std::string_view name = "tree";
 
-  template <class Ch, class T>
-  void broadcast(Ch& ch, view<T> buf, int root) const {
+  template <class Ch, class T, class M>
+  void broadcast(Ch& ch, view<T, M> buf, int root) const {
     const int p = ch.size(), vr = schedule::mod(ch.rank() - root, p);
     const int low = schedule::binomial_lowbit(vr, p);
     if (vr != 0) ch.recv(real(vr - low, root, p), buf);
     // Largest subtree first: it has the most work left to do.
     for (int mask = low >> 1; mask > 0; mask >>= 1)
-      if (vr + mask < p) ch.send(real(vr + mask, root, p), view<const T>(buf));
+      if (vr + mask < p) ch.send(real(vr + mask, root, p), view<const T, M>(buf));
   }
 
-  template <class Ch, class T, class Op>
-  void reduce(Ch& ch, view<T> buf, int root, const Op& op) const {
+  template <class Ch, class T, class M, class Op>
+  void reduce(Ch& ch, view<T, M> buf, int root, const Op& op) const {
     const int p = ch.size(), vr = schedule::mod(ch.rank() - root, p);
     const int low = schedule::binomial_lowbit(vr, p);
-    view<T> acc = buf;
+    view<T, M> acc = buf;
     bool first = true;
     for (int mask = 1; mask < low && vr + mask < p; mask <<= 1) {
       if (first && vr != 0) acc = ch.template scratch<T>(0, buf.size());  // keep buf intact
-      ch.recv_reduce(real(vr + mask, root, p), view<const T>(first ? buf : acc), acc, op);
+      ch.recv_reduce(real(vr + mask, root, p), view<const T, M>(first ? buf : acc), acc, op);
       first = false;
     }
-    if (vr != 0) ch.send(real(vr - low, root, p), view<const T>(acc));
+    if (vr != 0) ch.send(real(vr - low, root, p), view<const T, M>(acc));
   }
 
-  template <class Ch, class T, class Op>
-  void all_reduce(Ch& ch, view<T> buf, const Op& op) const {
+  template <class Ch, class T, class M, class Op>
+  void all_reduce(Ch& ch, view<T, M> buf, const Op& op) const {
     reduce(ch, buf, 0, op);
     broadcast(ch, buf, 0);
   }
 
-  template <class Ch, class T>
-  void gather(Ch& ch, view<const T> in, view<T> out, int root) const {
+  template <class Ch, class T, class M>
+  void gather(Ch& ch, view<const T, M> in, view<T, M> out, int root) const {
     const int p = ch.size(), vr = schedule::mod(ch.rank() - root, p);
     const int low = schedule::binomial_lowbit(vr, p), sub = schedule::binomial_subtree(vr, p);
     const std::size_t blk = in.size();
@@ -67,19 +66,19 @@ struct tree {
       return;
     }
     // Collect the subtree's blocks in relative order: straight into `out` when the root is 0.
-    view<T> acc = (vr == 0 && root == 0) ? out : ch.template scratch<T>(0, static_cast<std::size_t>(sub) * blk);
-    if (blk && acc.data() != in.data()) std::memcpy(acc.data(), in.data(), in.size_bytes());
+    view<T, M> acc = (vr == 0 && root == 0) ? out : ch.template scratch<T>(0, static_cast<std::size_t>(sub) * blk);
+    ch.copy(in, acc);
     for (int mask = 1; mask < low && vr + mask < p; mask <<= 1)
       ch.recv(real(vr + mask, root, p), blocks(acc, mask, schedule::binomial_subtree(vr + mask, p)));
     if (vr != 0) {
-      ch.send(real(vr - low, root, p), view<const T>(blocks(acc, 0, sub)));
+      ch.send(real(vr - low, root, p), view<const T, M>(blocks(acc, 0, sub)));
     } else if (root != 0) {  // relative block i belongs to rank (i + root) mod p
-      rotate_copy(view<const T>(acc), out, root, p, blk, /*to_real=*/true);
+      rotate_copy(ch, view<const T, M>(acc), out, root, p, blk, /*to_real=*/true);
     }
   }
 
-  template <class Ch, class T>
-  void scatter(Ch& ch, view<const T> in, view<T> out, int root) const {
+  template <class Ch, class T, class M>
+  void scatter(Ch& ch, view<const T, M> in, view<T, M> out, int root) const {
     const int p = ch.size(), vr = schedule::mod(ch.rank() - root, p);
     const int low = schedule::binomial_lowbit(vr, p), sub = schedule::binomial_subtree(vr, p);
     const std::size_t blk = out.size();
@@ -90,58 +89,57 @@ struct tree {
       ch.recv(real(vr - low, root, p), out);
       return;
     }
-    view<const T> src;
+    view<const T, M> src;
     if (vr == 0 && root == 0) {
       src = in;
     } else {
       auto tmp = ch.template scratch<T>(0, static_cast<std::size_t>(sub) * blk);
-      if (vr == 0) rotate_copy(in, tmp, root, p, blk, /*to_real=*/false);
+      if (vr == 0) rotate_copy(ch, in, tmp, root, p, blk, /*to_real=*/false);
       else ch.recv(real(vr - low, root, p), tmp);
       src = tmp;
     }
     for (int mask = low >> 1; mask > 0; mask >>= 1)
       if (vr + mask < p)
         ch.send(real(vr + mask, root, p), blocks(src, mask, schedule::binomial_subtree(vr + mask, p)));
-    if (blk && out.data() != src.data()) std::memcpy(out.data(), src.data(), out.size_bytes());
+    ch.copy(src.subview(0, out.size()), out);
   }
 
-  template <class Ch, class T>
-  void all_gather(Ch& ch, view<const T> in, view<T> out) const {
+  template <class Ch, class T, class M>
+  void all_gather(Ch& ch, view<const T, M> in, view<T, M> out) const {
     gather(ch, in, out, 0);
     broadcast(ch, out, 0);
   }
 
-  template <class Ch, class T, class Op>
-  void reduce_scatter(Ch& ch, view<const T> in, view<T> out, const Op& op) const {
+  template <class Ch, class T, class M, class Op>
+  void reduce_scatter(Ch& ch, view<const T, M> in, view<T, M> out, const Op& op) const {
     // reduce() needs a writable buffer and leaves non-roots' buffers alone: one scratch copy.
     auto tmp = ch.template scratch<T>(1, in.size());
-    if (!in.empty()) std::memcpy(tmp.data(), in.data(), in.size_bytes());
+    ch.copy(in, tmp);
     reduce(ch, tmp, 0, op);
-    scatter(ch, view<const T>(tmp), out, 0);
+    scatter(ch, view<const T, M>(tmp), out, 0);
   }
 
   template <class Ch>
   void barrier(Ch& ch) const {
-    gather(ch, view<const char>{}, view<char>{}, 0);
-    broadcast(ch, view<char>{}, 0);
+    gather(ch, typename Ch::template view_type<const char>{}, typename Ch::template view_type<char>{}, 0);
+    broadcast(ch, typename Ch::template view_type<char>{}, 0);
   }
 
  private:
   static int real(int vr, int root, int p) { return schedule::mod(vr + root, p); }
 
   /// Relative order (block i is rank (i + root) mod p) <-> rank order, in two copies.
-  template <class T>
-  static void rotate_copy(view<const T> src, view<T> dst, int root, int p, std::size_t blk,
-                          bool to_real) {
+  template <class Ch, class T, class M>
+  static void rotate_copy(Ch& ch, view<const T, M> src, view<T, M> dst, int root, int p, std::size_t blk, bool to_real) {
     if (blk == 0) return;
     const std::size_t head = static_cast<std::size_t>(p - root) * blk;  // relative [0, p-root)
     const std::size_t tail = static_cast<std::size_t>(root) * blk;
     if (to_real) {
-      std::memcpy(dst.data() + tail, src.data(), head * sizeof(T));
-      std::memcpy(dst.data(), src.data() + head, tail * sizeof(T));
+      ch.copy(src.subview(0, head), dst.subview(tail, head));
+      ch.copy(src.subview(head, tail), dst.subview(0, tail));
     } else {
-      std::memcpy(dst.data(), src.data() + tail, head * sizeof(T));
-      std::memcpy(dst.data() + head, src.data(), tail * sizeof(T));
+      ch.copy(src.subview(tail, head), dst.subview(0, head));
+      ch.copy(src.subview(0, tail), dst.subview(head, tail));
     }
   }
 };

@@ -5,43 +5,28 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <string_view>
 
+#include "tutti/core/collective.hpp"
 #include "tutti/core/dtype.hpp"
-#include "tutti/op/ops.hpp"
+#include "tutti/core/op_id.hpp"
 
 namespace tutti {
 
-/// The operations a fingerprint can name.
-enum class collective : std::uint8_t {
-  broadcast,
-  reduce,
-  all_reduce,
-  gather,
-  all_gather,
-  scatter,
-  all_to_all,
-  reduce_scatter,
-  barrier,
-  send_recv,  ///< point-to-point (not sequenced)
-  group,      ///< new_group / split agreement
-};
-
-constexpr std::string_view collective_name(collective c) noexcept {
-  constexpr std::string_view names[] = {"broadcast",  "reduce",  "all_reduce",    "gather",
-                                        "all_gather", "scatter", "all_to_all",    "reduce_scatter",
-                                        "barrier",    "send/recv", "new_group/split"};
-  return names[static_cast<int>(c)];
-}
-
 /// One call's identity. Every rank of a collective computes the same fingerprint; the count is
-/// the one all ranks must agree on (the per-rank block for gather, scatter, all_to_all and
-/// reduce_scatter outputs).
+/// the one all ranks must agree on (the per-rank block for gather, scatter and reduce_scatter's
+/// output, the whole buffer for all_to_all), and for the v-collectives whose counts every rank
+/// passes (all_gather_v, reduce_scatter_v) the total, with a digest of the counts in `shape`.
+/// Where only some ranks know the counts (gather_v and scatter_v: the root; all_to_all_v: each
+/// rank its own row), `count` and `shape` are 0 and every block's size is checked where it
+/// arrives, against the receiver's count for it.
 struct fingerprint {
   std::uint64_t context = 0;  ///< which communicator
   std::uint64_t seq = 0;      ///< collective sequence number within the communicator
-  std::uint64_t count = 0;    ///< agreed element count
+  std::uint64_t count = 0;    ///< agreed element count (v-collectives: the agreed total, or 0)
+  std::uint64_t shape = 0;    ///< digest of the per-rank counts every rank passes (0: none)
   std::uint32_t dtype = 0;    ///< dtype id
   std::uint32_t op = 0;       ///< op id (0: no op)
   std::int32_t root = -1;     ///< root rank, or the tag for send/recv, -1: none
@@ -60,6 +45,13 @@ struct header {
 };
 
 namespace detail {
+/// "[sum 40, digest 1a2b3c4d]": a v-collective's counts, as a fingerprint knows them.
+inline std::string counts_text(const fingerprint& f) {
+  char digest[32];
+  std::snprintf(digest, sizeof digest, "%08llx", static_cast<unsigned long long>(f.shape & 0xffffffffu));
+  return "[sum " + std::to_string(f.count) + ", digest " + digest + "]";
+}
+
 inline std::string fingerprint_summary(const fingerprint& f, std::string_view algo_name = {}) {
   std::string s(collective_name(f.coll));
   if (!algo_name.empty()) {
@@ -68,7 +60,11 @@ inline std::string fingerprint_summary(const fingerprint& f, std::string_view al
     s += ')';
   }
   s += " #" + std::to_string(f.seq);
-  s += " count=" + std::to_string(f.count);
+  if (info(f.coll).counts == counts_kind::per_rank) {
+    if (f.shape) s += " counts=" + counts_text(f);
+  } else {
+    s += " count=" + std::to_string(f.count);
+  }
   s += " dtype=" + dtype_name({f.dtype, f.elem_size});
   if (f.op) s += " op=" + std::string(op_name(f.op));
   if (f.root >= 0) s += (f.coll == collective::send_recv ? " tag=" : " root=") + std::to_string(f.root);
@@ -89,8 +85,11 @@ inline std::string describe_difference(const fingerprint& mine, int my_rank,
   if (mine.dtype != theirs.dtype || mine.elem_size != theirs.elem_size)
     return both("dtype", dtype_name({mine.dtype, mine.elem_size}),
                 dtype_name({theirs.dtype, theirs.elem_size}));
-  if (mine.count != theirs.count)
+  if (mine.count != theirs.count || mine.shape != theirs.shape) {
+    if (info(mine.coll).counts == counts_kind::per_rank)
+      return both("counts", counts_text(mine), counts_text(theirs)) + " (every rank passes the same counts)";
     return both("count", std::to_string(mine.count), std::to_string(theirs.count));
+  }
   if (mine.op != theirs.op)
     return both("op", std::string(op_name(mine.op)) + "#" + std::to_string(mine.op),
                 std::string(op_name(theirs.op)) + "#" + std::to_string(theirs.op));

@@ -4,13 +4,15 @@
 /// every rank of the group makes, in the same order, with agreeing arguments; disagreement raises
 /// `mismatch_error` and a silent peer raises `timeout_error` or `peer_lost`.
 ///
+/// Buffers are `tutti::view`s, or anything `tutti::viewable`: a contiguous range (`std::vector`,
+/// `std::array`, `std::span`, a C array) or a single trivially copyable value:
+/// `comm.all_reduce(grads)`, `comm.all_gather(my_count, counts)`.
+///
 /// A communicator is used by one thread at a time. After a failure other than `usage_error` it is
 /// unusable (its peers may be anywhere in the schedule); later calls raise `tutti::error` with
-/// `errc::aborted` and the original message.
-///
-/// Design note: each collective validates its arguments, builds its fingerprint and then runs
-/// its schedule on a `channel`; a non-blocking variant (`i*` returning a request) can later run
-/// the same schedule on a progress thread without changing these signatures.
+/// `errc::aborted` and the original message. A `usage_error` (arguments that can never work, found
+/// before any traffic) leaves it usable; its text is left with the peers as this rank's last
+/// words (where the transport has `last_words`), which they quote if this rank then goes away.
 #pragma once
 
 #include <algorithm>
@@ -21,6 +23,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -28,16 +31,18 @@
 
 #include "tutti/algorithm/automatic.hpp"
 #include "tutti/algorithm/channel.hpp"
+#include "tutti/core/collective.hpp"
 #include "tutti/core/config.hpp"
+#include "tutti/core/counts.hpp"
 #include "tutti/core/dtype.hpp"
 #include "tutti/core/error.hpp"
 #include "tutti/core/fingerprint.hpp"
 #include "tutti/core/view.hpp"
 #include "tutti/detail/buffer.hpp"
 #include "tutti/detail/flight_recorder.hpp"
-#include "tutti/op/kernels.hpp"
 #include "tutti/op/ops.hpp"
-#include "tutti/transport/transport.hpp"
+#include "tutti/transport/capabilities.hpp"
+#include "tutti/transport/memory_ops.hpp"
 
 namespace tutti {
 
@@ -81,32 +86,36 @@ class shared_buffer {
   std::size_t size_;
 };
 
+namespace detail {
+template <class A>
+struct is_automatic : std::false_type {};
+template <class... C>
+struct is_automatic<algo::automatic_of<C...>> : std::true_type {};
+
+/// The element type of a buffer argument.
+template <class X>
+using element_of = std::remove_const_t<typename view_of<X>::element_type>;
+}  // namespace detail
+
 template <transport Transport, algorithm Algorithm = algo::automatic>
 class communicator {
  public:
   using transport_type = Transport;
   using algorithm_type = Algorithm;
+  /// Where this communicator's views live (`transport_traits<Transport>::memory`).
+  using memory = typename transport_traits<Transport>::memory;
 
   /// Wraps a connected transport. Reads `TUTTI_TIMEOUT`, `TUTTI_ALGO` and `TUTTI_DEBUG`
   /// (`config_error` when malformed) unless a config is given.
   explicit communicator(Transport t, Algorithm a = {}) : communicator(std::move(t), std::move(a), config::from_env()) {}
   communicator(Transport t, Algorithm a, config cfg)
-      : t_(std::move(t)), algo_(std::move(a)), cfg_(std::move(cfg)),
-        overrides_(algo::automatic::override_table::parse(cfg_.algo_override)),
-        recorder_(t_.rank(), t_.size(), 0) {
-    if constexpr (!shared_window<Transport>)
-      if (overrides_.names(algo::automatic::choice::shared_memory))
-          throw config_error("TUTTI_ALGO names shared_memory, which needs a transport with shared windows "
-                             "(tutti::shm); this communicator's transport has none");
-    if constexpr (!native_collectives<Transport>)
-      if (overrides_.names(algo::automatic::choice::native))
-          throw config_error("TUTTI_ALGO names native, which needs a transport with collectives of its own "
-                             "(tutti::mpi); this communicator's transport has none");
+      : t_(std::move(t)), algo_(std::move(a)), cfg_(std::move(cfg)), recorder_(t_.rank(), t_.size(), 0) {
+    make_plans();
   }
 
   /// Joins the job the environment describes (`Transport::from_env()`, e.g. `tutti::shm`).
   static communicator from_env()
-    requires requires { Transport::from_env(); }
+    requires from_environment<Transport>
   {
     return communicator(Transport::from_env());
   }
@@ -123,7 +132,7 @@ class communicator {
   template <class Rep, class Period>
   void set_timeout(std::chrono::duration<Rep, Period> d) {
     const auto ms = std::chrono::ceil<std::chrono::milliseconds>(d);
-    if (ms.count() <= 0) throw usage_error("set_timeout: the timeout must be positive");
+    if (ms.count() <= 0) usage("set_timeout: the timeout must be positive");
     cfg_.timeout = ms;
   }
   std::chrono::milliseconds timeout() const noexcept { return cfg_.timeout; }
@@ -132,7 +141,7 @@ class communicator {
   /// `ncclCommAbort`. Safe from any thread and from a signal handler: a blocking call in flight
   /// on another thread returns within about 20 ms with `tutti::error` (`errc::aborted`), and
   /// every later call raises it too. The peers learn of it as `peer_lost` naming this rank
-  /// (promptly where the transport has failure notices: shm, tcp, mpi, threads) or by their
+  /// (promptly where the transport has failure notices: shm, tcp, mpi, inproc) or by their
   /// deadline. There is no way back: build a new communicator (see `shrink`).
   void abort() noexcept { aborted_->store(true, std::memory_order_release); }
   /// Whether `abort()` was called on this communicator or its family.
@@ -143,11 +152,11 @@ class communicator {
   /// unusable. Every surviving rank of the world calls it; a rank that is alive but does not call
   /// it within the timeout (stopped, hung) is left out. `kept`, when given, gets the old ranks of
   /// the members in new rank order. On transports that can tell which processes are gone
-  /// (`tutti::shm`); elsewhere start a new job (a fresh rendezvous).
+  /// (`shrinkable`: `tutti::shm`); elsewhere start a new job (a fresh rendezvous).
   communicator shrink(std::vector<int>* kept = nullptr)
-    requires requires(const Transport& t) { { t.shrink(std::chrono::milliseconds{}, kept) } -> std::same_as<Transport>; }
+    requires shrinkable<Transport>
   {
-    if (context_ != 0) throw usage_error("shrink: call it on the world communicator, not on a group");
+    if (context_ != 0) usage("shrink: call it on the world communicator, not on a group");
     return communicator(t_.shrink(cfg_.timeout, kept), algo_, cfg_);
   }
 
@@ -157,161 +166,179 @@ class communicator {
 
   // ---- collectives ------------------------------------------------------------------------
   // `Algo` is a per-call algorithm (`comm.all_reduce(v, op, tutti::algo::tree{})` or
-  // `comm.all_reduce<tutti::algo::tree>(v, op)`); by default the communicator's own.
+  // `comm.all_reduce<tutti::algo::tree>(v, op)`); by default the communicator's own. Buffers
+  // are views or anything `viewable` (see the file comment).
 
   /// Copies root's `buf` into every rank's `buf`. Every rank passes the same count and root.
-  template <class Algo = algo::inherit, class T>
-  void broadcast(view<T> buf, int root, const Algo& a = {}) {
-    static_assert(!std::is_const_v<T>, "tutti: broadcast writes into buf: pass a non-const view");
+  template <class Algo = algo::inherit, viewable B>
+  void broadcast(B&& buf, int root, const Algo& a = {}) {
+    const auto v = writable(buf, collective::broadcast, "buf");
+    using T = typename decltype(v)::value_type;
     static_assert(supports<Algo, collective::broadcast>,
                   "tutti: this algorithm has no broadcast schedule (see the table in README.md); "
                   "use tutti::algo::tree, ring, direct or automatic");
     check_root(root, collective::broadcast);
-    if (size() == 1) return void(next_fp(collective::broadcast, dtype_of<T>(), buf.size(), root, 0));
-    run<collective::broadcast>(a, next_fp(collective::broadcast, dtype_of<T>(), buf.size(), root, 0),
-                               buf.size_bytes(), [&](const auto& alg, auto& ch) { alg.broadcast(ch, buf, root); });
+    auto fp = next_fp(collective::broadcast, dtype_of<T>(), v.size(), root, 0);
+    if (size() == 1) return;
+    run<collective::broadcast>(a, fp, v.size_bytes(), [&](const auto& alg, auto& ch) { alg.broadcast(ch, v, root); });
   }
 
   /// Reduces every rank's `buf` with `op` into root's `buf`; the other ranks' buffers are left
   /// unchanged.
-  template <class Algo = algo::inherit, class T, class Op = op::sum>
-    requires reduce_op<Op, std::remove_const_t<T>>
-  void reduce(view<T> buf, int root, const Op& op = {}, const Algo& a = {}) {
-    static_assert(!std::is_const_v<T>, "tutti: reduce writes into buf: pass a non-const view");
+  template <class Algo = algo::inherit, viewable B, class Op = op::sum>
+    requires reduce_op<Op, detail::element_of<B>>
+  void reduce(B&& buf, int root, const Op& op = {}, const Algo& a = {}) {
+    const auto v = writable(buf, collective::reduce, "buf");
+    using T = typename decltype(v)::value_type;
     static_assert(supports<Algo, collective::reduce>,
                   "tutti: this algorithm has no reduce schedule (see the table in README.md); "
                   "use tutti::algo::tree, ring, direct or automatic");
     check_root(root, collective::reduce);
-    auto fp = next_fp(collective::reduce, dtype_of<T>(), buf.size(), root, op_traits<Op>::id());
+    auto fp = next_fp(collective::reduce, dtype_of<T>(), v.size(), root, op_traits<Op>::id());
     if (size() > 1)
-      run<collective::reduce>(a, fp, buf.size_bytes(), [&](const auto& alg, auto& ch) { alg.reduce(ch, buf, root, kernel_op(op)); });
-    if (rank() == root) finish(buf, op);
+      run<collective::reduce>(a, fp, v.size_bytes(), [&](const auto& alg, auto& ch) { alg.reduce(ch, v, root, kernel_op(op)); });
+    if (rank() == root) finish(v, op);
   }
 
   /// Reduces every rank's `buf` with `op`; every rank gets the result in `buf`.
-  template <class Algo = algo::inherit, class T, class Op = op::sum>
-    requires reduce_op<Op, std::remove_const_t<T>>
-  void all_reduce(view<T> buf, const Op& op = {}, const Algo& a = {}) {
-    static_assert(!std::is_const_v<T>, "tutti: all_reduce writes into buf: pass a non-const view");
+  template <class Algo = algo::inherit, viewable B, class Op = op::sum>
+    requires reduce_op<Op, detail::element_of<B>>
+  void all_reduce(B&& buf, const Op& op = {}, const Algo& a = {}) {
+    const auto v = writable(buf, collective::all_reduce, "buf");
+    using T = typename decltype(v)::value_type;
     static_assert(supports<Algo, collective::all_reduce>,
                   "tutti: this algorithm has no all_reduce schedule (see the table in README.md)");
-    auto fp = next_fp(collective::all_reduce, dtype_of<T>(), buf.size(), -1, op_traits<Op>::id());
+    auto fp = next_fp(collective::all_reduce, dtype_of<T>(), v.size(), -1, op_traits<Op>::id());
     if (size() > 1)
-      run<collective::all_reduce>(a, fp, buf.size_bytes(), [&](const auto& alg, auto& ch) { alg.all_reduce(ch, buf, kernel_op(op)); });
-    finish(buf, op);
+      run<collective::all_reduce>(a, fp, v.size_bytes(), [&](const auto& alg, auto& ch) { alg.all_reduce(ch, v, kernel_op(op)); });
+    finish(v, op);
   }
 
   /// Out of place: `out` (same size as `in`) gets the reduction of every rank's `in`.
-  template <class Algo = algo::inherit, class In, class T, class Op = op::sum>
-    requires std::same_as<std::remove_const_t<In>, T> && reduce_op<Op, T>
-  void all_reduce(view<In> in, view<T> out, const Op& op = {}, const Algo& a = {}) {
+  template <class Algo = algo::inherit, viewable In, viewable Out, class Op = op::sum>
+    requires std::same_as<detail::element_of<In>, detail::element_of<Out>> && reduce_op<Op, detail::element_of<Out>>
+  void all_reduce(In&& in_buf, Out&& out_buf, const Op& op = {}, const Algo& a = {}) {
+    const auto in = readable(in_buf);
+    const auto out = writable(out_buf, collective::all_reduce, "out");
+    using T = typename decltype(out)::value_type;
     if (in.size() != out.size())
-      throw usage_error(what(collective::all_reduce) + ": in has " + std::to_string(in.size()) +
-                        " elements but out has " + std::to_string(out.size()));
+      usage(what(collective::all_reduce) + ": in has " + std::to_string(in.size()) + " elements but out has " +
+            std::to_string(out.size()));
     check_disjoint(in, out, collective::all_reduce, /*allow_same=*/true);
     static_assert(supports<Algo, collective::all_reduce>,
                   "tutti: this algorithm has no all_reduce schedule (see the table in README.md)");
     auto fp = next_fp(collective::all_reduce, dtype_of<T>(), in.size(), -1, op_traits<Op>::id());
-    view<const T> cin = in;
     // An algorithm with an out-of-place schedule reads `in` itself; the others work in place on
     // `out`, after one copy.
     auto body = [&](const auto& alg, auto& ch) {
-      if constexpr (requires { alg.all_reduce(ch, cin, out, kernel_op(op)); }) {
-        alg.all_reduce(ch, cin, out, kernel_op(op));
+      if constexpr (all_reduce_out_of_place<std::remove_cvref_t<decltype(alg)>, std::remove_cvref_t<decltype(ch)>, T,
+                                            decltype(kernel_op(op))>) {
+        alg.all_reduce(ch, in, out, kernel_op(op));
       } else {
-        copy(cin, out);
+        ch.copy(in, out);
         alg.all_reduce(ch, out, kernel_op(op));
       }
     };
-    if (size() == 1) copy(cin, out);
+    if (size() == 1) copy(in, out);
     else run<collective::all_reduce>(a, fp, in.size_bytes(), body);
     finish(out, op);
   }
 
   /// Root's `out` (size() · in.size() elements, rank i's block at i · in.size()) gets every
   /// rank's `in`; `out` is ignored (may be empty) elsewhere.
-  template <class Algo = algo::inherit, class In, class T>
-    requires std::same_as<std::remove_const_t<In>, T>
-  void gather(view<In> in, view<T> out, int root, const Algo& a = {}) {
+  template <class Algo = algo::inherit, viewable In, viewable Out>
+    requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
+  void gather(In&& in_buf, Out&& out_buf, int root, const Algo& a = {}) {
+    const auto in = readable(in_buf);
+    const auto out = writable(out_buf, collective::gather, "out");
+    using T = typename decltype(out)::value_type;
     static_assert(supports<Algo, collective::gather>,
                   "tutti: this algorithm has no gather schedule (see the table in README.md); "
                   "use tutti::algo::tree, direct or automatic");
     check_root(root, collective::gather);
     if (rank() == root) {
       check_size(out.size(), in.size() * size_t_size(), "out", "size() * in.size()", collective::gather);
-      check_disjoint_or_own_block(in, out, collective::gather);
+      check_disjoint_or_own_block(in, out, in.size() * static_cast<std::size_t>(rank()), collective::gather);
     }
     auto fp = next_fp(collective::gather, dtype_of<T>(), in.size(), root, 0);
-    view<const T> cin = in;
-    if (size() == 1) return copy(cin, out.subview(0, in.size()));
-    run<collective::gather>(a, fp, in.size_bytes(), [&](const auto& alg, auto& ch) { alg.gather(ch, cin, out, root); });
+    if (size() == 1) return copy(in, out.subview(0, in.size()));
+    run<collective::gather>(a, fp, in.size_bytes(), [&](const auto& alg, auto& ch) { alg.gather(ch, in, out, root); });
   }
 
   /// Every rank's `out` (size() · in.size() elements) gets every rank's `in`, in rank order.
-  template <class Algo = algo::inherit, class In, class T>
-    requires std::same_as<std::remove_const_t<In>, T>
-  void all_gather(view<In> in, view<T> out, const Algo& a = {}) {
+  template <class Algo = algo::inherit, viewable In, viewable Out>
+    requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
+  void all_gather(In&& in_buf, Out&& out_buf, const Algo& a = {}) {
+    const auto in = readable(in_buf);
+    const auto out = writable(out_buf, collective::all_gather, "out");
+    using T = typename decltype(out)::value_type;
     static_assert(supports<Algo, collective::all_gather>,
                   "tutti: this algorithm has no all_gather schedule (see the table in README.md)");
     check_size(out.size(), in.size() * size_t_size(), "out", "size() * in.size()", collective::all_gather);
-    check_disjoint_or_own_block(in, out, collective::all_gather);
+    check_disjoint_or_own_block(in, out, in.size() * static_cast<std::size_t>(rank()), collective::all_gather);
     auto fp = next_fp(collective::all_gather, dtype_of<T>(), in.size(), -1, 0);
-    view<const T> cin = in;
-    if (size() == 1) return copy(cin, out);
-    run<collective::all_gather>(a, fp, in.size_bytes(), [&](const auto& alg, auto& ch) { alg.all_gather(ch, cin, out); });
+    if (size() == 1) return copy(in, out);
+    run<collective::all_gather>(a, fp, in.size_bytes(), [&](const auto& alg, auto& ch) { alg.all_gather(ch, in, out); });
   }
 
   /// Rank i's `out` gets block i of root's `in` (size() · out.size() elements); `in` is ignored
   /// (may be empty) elsewhere.
-  template <class Algo = algo::inherit, class In, class T>
-    requires std::same_as<std::remove_const_t<In>, T>
-  void scatter(view<In> in, view<T> out, int root, const Algo& a = {}) {
+  template <class Algo = algo::inherit, viewable In, viewable Out>
+    requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
+  void scatter(In&& in_buf, Out&& out_buf, int root, const Algo& a = {}) {
+    const auto in = readable(in_buf);
+    const auto out = writable(out_buf, collective::scatter, "out");
+    using T = typename decltype(out)::value_type;
     static_assert(supports<Algo, collective::scatter>,
                   "tutti: this algorithm has no scatter schedule (see the table in README.md); "
                   "use tutti::algo::tree, direct or automatic");
     check_root(root, collective::scatter);
     if (rank() == root) {
       check_size(in.size(), out.size() * size_t_size(), "in", "size() * out.size()", collective::scatter);
-      check_disjoint_or_own_block(view<const T>(out), view<T>(const_cast<T*>(in.data()), in.size()), collective::scatter);
+      check_disjoint_or_own_block(view<const T, memory>(out), view<const T, memory>(in),
+                                  out.size() * static_cast<std::size_t>(rank()), collective::scatter);
     }
     auto fp = next_fp(collective::scatter, dtype_of<T>(), out.size(), root, 0);
-    view<const T> cin = in;
-    if (size() == 1) return copy(cin.subview(0, out.size()), out);
-    run<collective::scatter>(a, fp, out.size_bytes(), [&](const auto& alg, auto& ch) { alg.scatter(ch, cin, out, root); });
+    if (size() == 1) return copy(in.subview(0, out.size()), out);
+    run<collective::scatter>(a, fp, out.size_bytes(), [&](const auto& alg, auto& ch) { alg.scatter(ch, in, out, root); });
   }
 
   /// Rank j's block i of `out` gets rank i's block j of `in`; `in` and `out` have the same size,
   /// a multiple of size(), and must not overlap.
-  template <class Algo = algo::inherit, class In, class T>
-    requires std::same_as<std::remove_const_t<In>, T>
-  void all_to_all(view<In> in, view<T> out, const Algo& a = {}) {
+  template <class Algo = algo::inherit, viewable In, viewable Out>
+    requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
+  void all_to_all(In&& in_buf, Out&& out_buf, const Algo& a = {}) {
+    const auto in = readable(in_buf);
+    const auto out = writable(out_buf, collective::all_to_all, "out");
+    using T = typename decltype(out)::value_type;
     static_assert(supports<Algo, collective::all_to_all>,
                   "tutti: this algorithm has no all_to_all schedule (see the table in README.md); "
                   "use tutti::algo::direct or automatic");
     check_size(out.size(), in.size(), "out", "in.size()", collective::all_to_all);
     if (in.size() % size_t_size() != 0)
-      throw usage_error(what(collective::all_to_all) + ": in has " + std::to_string(in.size()) +
-                        " elements, not a multiple of the group size " + std::to_string(size()));
+      usage(what(collective::all_to_all) + ": in has " + std::to_string(in.size()) +
+            " elements, not a multiple of the group size " + std::to_string(size()));
     check_disjoint(in, out, collective::all_to_all, /*allow_same=*/false);
     auto fp = next_fp(collective::all_to_all, dtype_of<T>(), in.size(), -1, 0);
-    view<const T> cin = in;
-    if (size() == 1) return copy(cin, out);
-    run<collective::all_to_all>(a, fp, in.size_bytes() / size_t_size(), [&](const auto& alg, auto& ch) { alg.all_to_all(ch, cin, out); });
+    if (size() == 1) return copy(in, out);
+    run<collective::all_to_all>(a, fp, in.size_bytes() / size_t_size(), [&](const auto& alg, auto& ch) { alg.all_to_all(ch, in, out); });
   }
 
   /// Rank i's `out` gets block i of the reduction of every rank's `in` (size() · out.size()
   /// elements); `in` and `out` must not overlap.
-  template <class Algo = algo::inherit, class In, class T, class Op = op::sum>
-    requires std::same_as<std::remove_const_t<In>, T> && reduce_op<Op, T>
-  void reduce_scatter(view<In> in, view<T> out, const Op& op = {}, const Algo& a = {}) {
+  template <class Algo = algo::inherit, viewable In, viewable Out, class Op = op::sum>
+    requires std::same_as<detail::element_of<In>, detail::element_of<Out>> && reduce_op<Op, detail::element_of<Out>>
+  void reduce_scatter(In&& in_buf, Out&& out_buf, const Op& op = {}, const Algo& a = {}) {
+    const auto in = readable(in_buf);
+    const auto out = writable(out_buf, collective::reduce_scatter, "out");
+    using T = typename decltype(out)::value_type;
     static_assert(supports<Algo, collective::reduce_scatter>,
                   "tutti: this algorithm has no reduce_scatter schedule (see the table in README.md)");
     check_size(in.size(), out.size() * size_t_size(), "in", "size() * out.size()", collective::reduce_scatter);
     check_disjoint(in, out, collective::reduce_scatter, /*allow_same=*/false);
     auto fp = next_fp(collective::reduce_scatter, dtype_of<T>(), out.size(), -1, op_traits<Op>::id());
-    view<const T> cin = in;
-    if (size() == 1) copy(cin, out);
-    else run<collective::reduce_scatter>(a, fp, in.size_bytes(), [&](const auto& alg, auto& ch) { alg.reduce_scatter(ch, cin, out, kernel_op(op)); });
+    if (size() == 1) copy(in, out);
+    else run<collective::reduce_scatter>(a, fp, in.size_bytes(), [&](const auto& alg, auto& ch) { alg.reduce_scatter(ch, in, out, kernel_op(op)); });
     finish(out, op);
   }
 
@@ -324,22 +351,179 @@ class communicator {
     run<collective::barrier>(a, fp, 0, [&](const auto& alg, auto& ch) { alg.barrier(ch); });
   }
 
+  // ---- v-collectives: a count per rank -----------------------------------------------------
+  // Counts are elements, one per rank of the group, 64-bit; blocks lie in rank order at the
+  // prefix sums of the counts (`tutti::displacements`); zero counts are valid. Disagreement is a
+  // `mismatch_error` naming both ranks and both values (counts that differ where every rank
+  // passes them; a view whose size is not this rank's count; all_to_all_v's send_counts[j] of
+  // rank i against rank j's recv_counts[i]); what a rank can see alone is a `usage_error`.
+
+  /// Rank i contributes `counts[i]` elements (`in`, exactly that many); every rank's `out` (at
+  /// least the sum of the counts) gets every block in rank order. Every rank passes the same
+  /// counts. `in` may be this rank's own block of `out` (in place).
+  template <class Algo = algo::inherit, viewable In, viewable Out>
+    requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
+  void all_gather_v(In&& in_buf, Out&& out_buf, std::span<const std::size_t> counts, const Algo& a = {}) {
+    constexpr auto C = collective::all_gather_v;
+    const auto in = readable(in_buf);
+    const auto out = writable(out_buf, C, "out");
+    using T = typename decltype(out)::value_type;
+    static_assert(supports<Algo, C>, "tutti: this algorithm has no all_gather_v schedule (see the table in README.md); "
+                                     "use tutti::algo::ring, direct or automatic");
+    const block_counts b = blocks(counts, "counts", C, offsets_a_);
+    check_room(out.size(), b.total, "out", "the sum of the counts", C);
+    check_disjoint_or_own_block(in, out, b.offset(rank()), C);
+    auto fp = next_fp(C, dtype_of<T>(), b.total, -1, 0);
+    fp.shape = counts_digest(counts);
+    if (in.size() != b.count(rank()))
+      local_mismatch(fp, what(C) + ": in has " + std::to_string(in.size()) + " elements, but counts[" +
+                             std::to_string(rank()) + "] = " + std::to_string(b.count(rank())) + ", the count " +
+                             other_ranks() + " expect from rank " + std::to_string(rank()));
+    if (size() == 1) return copy(in, out);
+    run<C>(a, fp, b.largest * sizeof(T), [&](const auto& alg, auto& ch) { alg.all_gather_v(ch, in, out, b); });
+  }
+
+  /// Root's `out` (at least the sum of the counts) gets rank i's `in` (`counts[i]` elements) as
+  /// block i. The counts matter at the root; the others may pass an empty span (or the root's
+  /// counts). `in` may be the root's own block of `out`.
+  template <class Algo = algo::inherit, viewable In, viewable Out>
+    requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
+  void gather_v(In&& in_buf, Out&& out_buf, std::span<const std::size_t> counts, int root, const Algo& a = {}) {
+    constexpr auto C = collective::gather_v;
+    const auto in = readable(in_buf);
+    const auto out = writable(out_buf, C, "out");
+    using T = typename decltype(out)::value_type;
+    static_assert(supports<Algo, C>, "tutti: this algorithm has no gather_v schedule (see the table in README.md); "
+                                     "use tutti::algo::direct or automatic");
+    check_root(root, C);
+    const bool at_root = rank() == root;
+    const block_counts b = at_root || !counts.empty() ? blocks(counts, "counts", C, offsets_a_) : block_counts{};
+    if (at_root) {
+      check_room(out.size(), b.total, "out", "the sum of the counts", C);
+      check_disjoint_or_own_block(in, out, b.offset(rank()), C);
+    }
+    auto fp = next_fp(C, dtype_of<T>(), 0, root, 0);
+    if (b.size() && in.size() != b.count(rank()))
+      local_mismatch(fp, what(C) + ": in has " + std::to_string(in.size()) + " elements, but counts[" +
+                             std::to_string(rank()) + "] = " + std::to_string(b.count(rank())) +
+                             (at_root ? "" : " (the counts passed here; the root, rank " + std::to_string(root) +
+                                                 ", expects its own)"));
+    if (size() == 1) return copy(in, out.subview(0, in.size()));
+    run<C>(a, fp, 0, [&](const auto& alg, auto& ch) { alg.gather_v(ch, in, out, b, root); });
+  }
+
+  /// Rank i's `out` (`counts[i]` elements) gets block i of root's `in` (at least the sum of the
+  /// counts). The counts matter at the root; the others may pass an empty span. `out` may be
+  /// the root's own block of `in`.
+  template <class Algo = algo::inherit, viewable In, viewable Out>
+    requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
+  void scatter_v(In&& in_buf, std::span<const std::size_t> counts, Out&& out_buf, int root, const Algo& a = {}) {
+    constexpr auto C = collective::scatter_v;
+    const auto in = readable(in_buf);
+    const auto out = writable(out_buf, C, "out");
+    using T = typename decltype(out)::value_type;
+    static_assert(supports<Algo, C>, "tutti: this algorithm has no scatter_v schedule (see the table in README.md); "
+                                     "use tutti::algo::direct or automatic");
+    check_root(root, C);
+    const bool at_root = rank() == root;
+    const block_counts b = at_root || !counts.empty() ? blocks(counts, "counts", C, offsets_a_) : block_counts{};
+    if (at_root) {
+      check_room(in.size(), b.total, "in", "the sum of the counts", C);
+      check_disjoint_or_own_block(view<const T, memory>(out), view<const T, memory>(in), b.offset(rank()), C);
+    }
+    auto fp = next_fp(C, dtype_of<T>(), 0, root, 0);
+    if (b.size() && out.size() != b.count(rank()))
+      local_mismatch(fp, what(C) + ": out has " + std::to_string(out.size()) + " elements, but counts[" +
+                             std::to_string(rank()) + "] = " + std::to_string(b.count(rank())) +
+                             (at_root ? "" : " (the counts passed here; the root, rank " + std::to_string(root) +
+                                                 ", sends its own)"));
+    if (size() == 1) return copy(in.subview(0, out.size()), out);
+    run<C>(a, fp, 0, [&](const auto& alg, auto& ch) { alg.scatter_v(ch, in, b, out, root); });
+  }
+
+  /// Block j of `in` (`send_counts[j]` elements, at the prefix sum) goes to rank j; block i of
+  /// `out` (`recv_counts[i]` elements) comes from rank i. Rank i's send_counts[j] must equal rank
+  /// j's recv_counts[i]. `in` and `out` must not overlap.
+  template <class Algo = algo::inherit, viewable In, viewable Out>
+    requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
+  void all_to_all_v(In&& in_buf, std::span<const std::size_t> send_counts, Out&& out_buf,
+                    std::span<const std::size_t> recv_counts, const Algo& a = {}) {
+    constexpr auto C = collective::all_to_all_v;
+    const auto in = readable(in_buf);
+    const auto out = writable(out_buf, C, "out");
+    using T = typename decltype(out)::value_type;
+    static_assert(supports<Algo, C>, "tutti: this algorithm has no all_to_all_v schedule (see the table in README.md); "
+                                     "use tutti::algo::direct or automatic");
+    const block_counts s = blocks(send_counts, "send_counts", C, offsets_a_);
+    const block_counts r = blocks(recv_counts, "recv_counts", C, offsets_b_);
+    check_room(in.size(), s.total, "in", "the sum of send_counts", C);
+    check_room(out.size(), r.total, "out", "the sum of recv_counts", C);
+    if (s.count(rank()) != r.count(rank()))
+      usage(what(C) + ": send_counts[" + std::to_string(rank()) + "] = " + std::to_string(s.count(rank())) +
+            " but recv_counts[" + std::to_string(rank()) + "] = " + std::to_string(r.count(rank())) +
+            " (this rank's block to itself)");
+    check_disjoint(in.subview(0, s.total), out.subview(0, r.total), C, /*allow_same=*/false);
+    auto fp = next_fp(C, dtype_of<T>(), 0, -1, 0);
+    if (size() == 1) return copy(in.subview(0, s.total), out);
+    run<C>(a, fp, 0, [&](const auto& alg, auto& ch) { alg.all_to_all_v(ch, in, s, out, r); });
+  }
+
+  /// `in` holds the sum of the counts; rank i's `out` (`counts[i]` elements) gets block i of the
+  /// reduction of every rank's `in`. Every rank passes the same counts; `in` and `out` must not
+  /// overlap.
+  template <class Algo = algo::inherit, viewable In, viewable Out, class Op = op::sum>
+    requires std::same_as<detail::element_of<In>, detail::element_of<Out>> && reduce_op<Op, detail::element_of<Out>>
+  void reduce_scatter_v(In&& in_buf, Out&& out_buf, std::span<const std::size_t> counts, const Op& op = {},
+                        const Algo& a = {}) {
+    constexpr auto C = collective::reduce_scatter_v;
+    const auto in = readable(in_buf);
+    const auto out = writable(out_buf, C, "out");
+    using T = typename decltype(out)::value_type;
+    static_assert(supports<Algo, C>, "tutti: this algorithm has no reduce_scatter_v schedule (see the table in "
+                                     "README.md); use tutti::algo::ring, direct or automatic");
+    const block_counts b = blocks(counts, "counts", C, offsets_a_);
+    if (in.size() != b.total)
+      usage(what(C) + ": in has " + std::to_string(in.size()) + " elements, but the counts sum to " +
+            std::to_string(b.total));
+    check_disjoint(in, out, C, /*allow_same=*/false);
+    auto fp = next_fp(C, dtype_of<T>(), b.total, -1, op_traits<Op>::id());
+    fp.shape = counts_digest(counts);
+    if (out.size() != b.count(rank()))
+      local_mismatch(fp, what(C) + ": out has " + std::to_string(out.size()) + " elements, but counts[" +
+                             std::to_string(rank()) + "] = " + std::to_string(b.count(rank())) + ", the block " +
+                             other_ranks() + " reduce for rank " + std::to_string(rank()));
+    if (size() == 1) copy(in, out);
+    else run<C>(a, fp, b.largest * sizeof(T), [&](const auto& alg, auto& ch) { alg.reduce_scatter_v(ch, in, out, b, kernel_op(op)); });
+    finish(out, op);
+  }
+
+  /// Every rank's `n` in rank order: the counts of a v-collective when each rank knows only its
+  /// own (one all_gather of one 64-bit word per rank).
+  std::vector<std::size_t> all_gather_counts(std::size_t n) {
+    std::vector<std::uint64_t> all(size_t_size());
+    const std::uint64_t mine = n;
+    all_gather(view<const std::uint64_t>(&mine, 1), view<std::uint64_t>(all));
+    return std::vector<std::size_t>(all.begin(), all.end());
+  }
+
   // ---- point to point ---------------------------------------------------------------------
 
   /// Sends `data` to `peer`; returns once the transport has taken it. The matching `recv` names
   /// this rank, the same tag, dtype and count.
-  template <class T>
-  void send(view<T> data, int peer, int tag = 0) {
+  template <viewable B>
+  void send(B&& data_buf, int peer, int tag = 0) {
+    const auto data = readable(data_buf);
+    using U = typename decltype(data)::value_type;
     check_peer(peer, tag, "send");
-    using U = std::remove_const_t<T>;
     channel<Transport> ch(t_, p2p_fp(dtype_of<U>(), data.size(), tag), "p2p", cfg_.timeout, scratch_, aborted_.get());
-    recorded(ch, [&] { ch.send(peer, view<const U>(data)); });
+    recorded(ch, [&] { ch.send(peer, data); });
   }
 
   /// Receives `data.size()` elements from `peer` with `tag` into `data`.
-  template <class T>
-  void recv(view<T> data, int peer, int tag = 0) {
-    static_assert(!std::is_const_v<T>, "tutti: recv writes into data: pass a non-const view");
+  template <viewable B>
+  void recv(B&& data_buf, int peer, int tag = 0) {
+    const auto data = writable(data_buf, collective::send_recv, "data");
+    using T = typename decltype(data)::value_type;
     check_peer(peer, tag, "recv");
     channel<Transport> ch(t_, p2p_fp(dtype_of<T>(), data.size(), tag), "p2p", cfg_.timeout, scratch_, aborted_.get());
     recorded(ch, [&] { ch.recv(peer, data); });
@@ -354,9 +538,8 @@ class communicator {
     std::vector<char> seen(static_cast<std::size_t>(size()), 0);
     for (int r : ranks) {
       if (r < 0 || r >= size())
-        throw usage_error("new_group: rank " + std::to_string(r) + " is outside 0.." + std::to_string(size() - 1));
-      if (seen[static_cast<std::size_t>(r)]++)
-        throw usage_error("new_group: rank " + std::to_string(r) + " is listed twice");
+        usage("new_group: rank " + std::to_string(r) + " is outside 0.." + std::to_string(size() - 1));
+      if (seen[static_cast<std::size_t>(r)]++) usage("new_group: rank " + std::to_string(r) + " is listed twice");
     }
     std::uint64_t h = 0x6e65775f67726f75ull;
     for (int r : ranks) h = detail::hash_combine(h, static_cast<std::uint64_t>(r));
@@ -412,30 +595,28 @@ class communicator {
   }
 
   /// `n` elements (zeroed) in memory shared with the peers, on transports that have it
-  /// (`tutti::shm`): collectives whose input lies there skip the copy into shared memory.
+  /// (`shared_allocation`: `tutti::shm`): collectives whose input lies there skip the copy into
+  /// shared memory.
   template <class T>
-    requires requires(Transport& t, std::byte* p) {
-      { t.allocate(std::size_t{}) } -> std::same_as<std::byte*>;
-      t.deallocate(p);
-    }
+    requires shared_allocation<Transport>
   shared_buffer<T, Transport> allocate(std::size_t n) {
     return shared_buffer<T, Transport>(t_, n);
   }
 
   /// Which algorithm a collective `c` of `bytes` would run on this communicator, and why: the
-  /// line `TUTTI_DEBUG=info` prints per call. `bytes` as the collective passes it: the whole
-  /// buffer (broadcast, reduce, all_reduce, reduce_scatter's input), one rank's block (gather,
-  /// all_gather, scatter, all_to_all), 0 (barrier). Local: no communication.
+  /// line `TUTTI_DEBUG=info` prints per call. `bytes` as the collective's `size_basis` says:
+  /// the whole buffer (broadcast, reduce, all_reduce, reduce_scatter's input), one rank's block
+  /// (gather, all_gather, scatter, all_to_all), the largest block (all_gather_v,
+  /// reduce_scatter_v), 0 (barrier, and the v-collectives no rank knows every size of). Local:
+  /// no communication.
   std::string explain(collective c, std::size_t bytes) const {
-    if constexpr (std::is_same_v<Algorithm, algo::automatic>) {
+    if (static_cast<std::size_t>(c) >= scheduled_count)
+      throw usage_error("explain: " + std::string(collective_name(c)) + " is not a collective an algorithm schedules");
+    if constexpr (detail::is_automatic<Algorithm>::value) {
       if (size() == 1) return std::string(collective_name(c)) + " on 1 rank: nothing to communicate";
       std::string why;
-      bool windows = false;
-      [&]<std::size_t... I>(std::index_sequence<I...>) {
-        ((c == static_cast<collective>(I) ? void(windows = algorithm_for<algo::shared_memory, static_cast<collective>(I), Transport>) : void()), ...);
-      }(std::make_index_sequence<9>{});
-      const auto choice = algo_.choose(c, bytes, size(), overrides_, windows, algo::tuned_kind_of<Transport>, &why);
-      return explain_text(c, bytes, choice, why);
+      const std::size_t i = algo_.choose(*plan_, c, bytes, &why);
+      return explain_text(c, bytes, Algorithm::names[i], why);
     } else {
       return std::string(collective_name(c)) + " of " + std::to_string(bytes) + " bytes on " + std::to_string(size()) +
              " ranks: " + std::string(Algorithm::name) + " (the communicator's algorithm; automatic would consult TUTTI_ALGO)";
@@ -450,8 +631,7 @@ class communicator {
   using resolved = std::conditional_t<std::is_same_v<Algo, algo::inherit>, Algorithm, Algo>;
 
   template <class Algo, collective C>
-  static constexpr bool supports =
-      std::is_same_v<resolved<Algo>, algo::automatic> || algorithm_for<resolved<Algo>, C, Transport>;
+  static constexpr bool supports = algorithm_for<resolved<Algo>, C, Transport>;
 
   template <class Algo>
   const resolved<Algo>& pick(const Algo& a) const {
@@ -459,18 +639,70 @@ class communicator {
     else return a;
   }
 
+  // ---- buffers ------------------------------------------------------------------------------
+
+  /// The view of an input buffer, read only.
+  template <class X>
+  static auto readable(X&& x) {
+    auto v = as_view(std::forward<X>(x));
+    using V = decltype(v);
+    static_assert(std::is_same_v<typename V::memory, memory>,
+                  "tutti: the view's memory kind is not this communicator's transport's (transport_traits::memory)");
+    return view<const typename V::value_type, memory>(v);
+  }
+  /// The view of an output buffer, which must be writable.
+  template <class X>
+  static auto writable(X&& x, collective, const char*) {
+    auto v = as_view(std::forward<X>(x));
+    using V = decltype(v);
+    static_assert(!std::is_const_v<typename V::element_type>,
+                  "tutti: this collective writes into the buffer: pass a non-const view, range or value");
+    static_assert(std::is_same_v<typename V::memory, memory>,
+                  "tutti: the view's memory kind is not this communicator's transport's (transport_traits::memory)");
+    return v;
+  }
+
+  // ---- running a schedule ---------------------------------------------------------------------
+
+  /// The plan of automatic_of type `A` (this communicator's own algorithm's, or the default's).
+  template <class A>
+  const typename A::plan& plan_for() const {
+    if constexpr (std::is_same_v<A, Algorithm>) {
+      return *plan_;
+    } else if constexpr (std::is_same_v<A, algo::automatic>) {
+      if (!default_plan_)  // a per-call automatic on a communicator of another automatic_of
+        default_plan_ = std::make_shared<const algo::automatic::plan>(
+            algo::automatic::make_plan<Transport>(cfg_.algo_override, size()));
+      return *default_plan_;
+    } else {
+      thread_local std::optional<typename A::plan> other;  // another automatic_of, per call site type
+      other = A::template make_plan<Transport>(cfg_.algo_override, size());
+      return *other;
+    }
+  }
+
+  /// Parses TUTTI_ALGO once (`config_error` at construction when malformed): against this
+  /// communicator's automatic_of, or, for a fixed algorithm, against the default automatic that
+  /// a per-call `algo::automatic{}` would use.
+  void make_plans() {
+    if constexpr (detail::is_automatic<Algorithm>::value)
+      plan_ = std::make_shared<const typename Algorithm::plan>(Algorithm::template make_plan<Transport>(cfg_.algo_override, size()));
+    else
+      default_plan_ = std::make_shared<const algo::automatic::plan>(algo::automatic::make_plan<Transport>(cfg_.algo_override, size()));
+  }
+
   /// Runs `body(algorithm, channel)` with the resolved algorithm (automatic: the chosen one).
   template <collective C, class Algo, class Body>
   void run(const Algo& a0, fingerprint fp, std::size_t bytes, Body&& body) {
     const auto& a = pick(a0);
     using A = std::remove_cvref_t<decltype(a)>;
-    if constexpr (std::is_same_v<A, algo::automatic>) {
+    if constexpr (detail::is_automatic<A>::value) {
       const bool info = cfg_.debug == log_level::info;
       std::string why;
-      const auto choice = a.choose(C, bytes, size(), overrides_, algorithm_for<algo::shared_memory, C, Transport>,
-                                   algo::tuned_kind_of<Transport>, info ? &why : nullptr);
-      if (info) detail::log(log_level::info, cfg_, rank(), explain_text(C, bytes, choice, why));
-      a.visit(choice, [&](const auto& concrete) {
+      const auto& pl = plan_for<A>();
+      const std::size_t i = a.choose(pl, C, bytes, info ? &why : nullptr);
+      if (info) detail::log(log_level::info, cfg_, rank(), explain_text(C, bytes, A::names[i], why));
+      a.visit(i, [&](const auto& concrete) {
         using CA = std::remove_cvref_t<decltype(concrete)>;
         if constexpr (algorithm_for<CA, C, Transport>)
           execute(concrete, fp, body);
@@ -483,9 +715,9 @@ class communicator {
     }
   }
 
-  std::string explain_text(collective c, std::size_t bytes, algo::automatic::choice choice, const std::string& why) const {
+  std::string explain_text(collective c, std::size_t bytes, std::string_view name, const std::string& why) const {
     return std::string(collective_name(c)) + " of " + std::to_string(bytes) + " bytes on " + std::to_string(size()) +
-           " ranks: " + std::string(algo::automatic::choice_name(choice)) + " (" + why + ")";
+           " ranks: " + std::string(name) + " (" + why + ")";
   }
 
   template <class A, class Body>
@@ -525,11 +757,32 @@ class communicator {
       throw;
     } catch (const std::exception& e) {
       broken_ = e.what();
-      if constexpr (requires { t_.fail(std::string_view{}); }) t_.fail(broken_);  // tell the peers
+      if constexpr (failure_notices<Transport>) t_.fail(broken_);  // tell the peers
       on_failure();
       recorder_.print("failed");
       throw;
     }
+    if (noted_) {  // the last words of an earlier usage error no longer hold
+      if constexpr (last_words<Transport>) t_.note({});
+      noted_ = false;
+    }
+  }
+
+  /// Raises `usage_error` with `text`, first leaving it with the peers as this rank's last words.
+  [[noreturn]] void usage(const std::string& text) {
+    if constexpr (last_words<Transport>) {
+      t_.note("usage_error: " + text);
+      noted_ = true;
+    }
+    throw usage_error(text);
+  }
+
+  /// A disagreement this rank sees alone (a view whose size is not its count): the call fails
+  /// as if a peer had found it, telling the peers.
+  [[noreturn]] void local_mismatch(const fingerprint& fp, const std::string& text) {
+    channel<Transport> ch(t_, fp, "checks", cfg_.timeout, scratch_, aborted_.get());
+    recorded(ch, [&] { throw mismatch_error(text); });
+    throw mismatch_error(text);  // not reached: recorded rethrows
   }
 
   fingerprint next_fp(collective c, dtype d, std::size_t count, int root, std::uint32_t op) {
@@ -555,6 +808,37 @@ class communicator {
     return fp;
   }
 
+  /// The counts of a v-collective with their offsets (kept in `offsets`), after the checks every
+  /// rank can make alone.
+  block_counts blocks(std::span<const std::size_t> counts, const char* name, collective c,
+                      std::vector<std::size_t>& offsets) {
+    if (counts.size() != size_t_size())
+      usage(what(c) + ": " + name + " has " + std::to_string(counts.size()) + " entries; it must have one per rank (" +
+            std::to_string(size()) + ")");
+    offsets.resize(counts.size());
+    block_counts b;
+    for (std::size_t i = 0; i < counts.size(); ++i) {
+      offsets[i] = b.total;
+      if (counts[i] > (std::size_t{1} << 62) - b.total)
+        usage(what(c) + ": " + name + " sum to more than 2^62 elements");
+      b.total += counts[i];
+      b.largest = std::max(b.largest, counts[i]);
+    }
+    b.counts = counts;
+    b.offsets = offsets;
+    return b;
+  }
+  /// A digest of the counts every rank must agree on (the fingerprint's `shape`).
+  static std::uint64_t counts_digest(std::span<const std::size_t> counts) noexcept {
+    std::uint64_t h = 0x636f756e7473ull;  // "counts"
+    for (std::size_t c : counts) h = detail::hash_combine(h * 0x100000001b3ull, static_cast<std::uint64_t>(c));
+    return h;
+  }
+  std::string other_ranks() const {
+    const int other = rank() == 0 ? 1 : 0;
+    return size() == 2 ? "rank " + std::to_string(other) : "the other ranks (rank " + std::to_string(other) + ", ...)";
+  }
+
   /// avg reduces as a sum; the division happens once, on the result.
   template <class Op>
   static auto kernel_op(const Op& op) {
@@ -562,10 +846,8 @@ class communicator {
     else return op;
   }
   template <class T, class Op>
-  void finish(view<T> result, const Op&) {
-    if constexpr (std::is_same_v<Op, op::avg>) {
-      for (auto& x : result) x = static_cast<T>(x / static_cast<std::conditional_t<std::is_arithmetic_v<T>, T, float>>(size()));
-    }
+  void finish(view<T, memory> result, const Op&) {
+    if constexpr (std::is_same_v<Op, op::avg>) detail::divide_elements(t_, result.data(), result.size(), size());
   }
 
   /// Every rank's words (the same number on every rank), concatenated in rank order: the
@@ -574,11 +856,15 @@ class communicator {
     std::vector<std::uint64_t> all(mine.size() * size_t_size());
     auto fp = next_fp(collective::group, dtype_of<std::uint64_t>(), mine.size(), -1, 0);
     if (size() == 1) {
-      copy(mine, view<std::uint64_t>(all));
+      std::copy(mine.begin(), mine.end(), all.begin());
       return all;
     }
-    auto body = [&](const auto& alg, auto& ch) { alg.all_gather(ch, mine, view<std::uint64_t>(all)); };
-    execute(algo::direct{}, fp, body);
+    if constexpr (std::is_same_v<memory, host_memory>) {
+      auto body = [&](const auto& alg, auto& ch) { alg.all_gather(ch, mine, view<std::uint64_t>(all)); };
+      execute(algo::direct{}, fp, body);
+    } else {
+      static_assert(std::is_same_v<memory, host_memory>, "tutti: group agreement needs a transport of host memory");
+    }
     return all;
   }
   std::vector<std::uint64_t> exchange(std::uint64_t mine) { return exchange(view<const std::uint64_t>(&mine, 1)); }
@@ -596,51 +882,61 @@ class communicator {
   std::string what(collective c) const {
     return std::string(collective_name(c)) + " on rank " + std::to_string(rank());
   }
-  void check_root(int root, collective c) const {
+  void check_root(int root, collective c) {
     if (root < 0 || root >= size())
-      throw usage_error(what(c) + ": root " + std::to_string(root) + " is outside 0.." + std::to_string(size() - 1));
+      usage(what(c) + ": root " + std::to_string(root) + " is outside 0.." + std::to_string(size() - 1));
   }
-  void check_peer(int peer, int tag, const char* call) const {
+  void check_peer(int peer, int tag, const char* call) {
     if (peer < 0 || peer >= size())
-      throw usage_error(std::string(call) + " on rank " + std::to_string(rank()) + ": peer " +
-                        std::to_string(peer) + " is outside 0.." + std::to_string(size() - 1));
+      usage(std::string(call) + " on rank " + std::to_string(rank()) + ": peer " + std::to_string(peer) +
+            " is outside 0.." + std::to_string(size() - 1));
     if (peer == rank())
-      throw usage_error(std::string(call) + " on rank " + std::to_string(rank()) +
-                        ": a rank cannot " + call + " to or from itself (it would block forever)");
-    if (tag < 0) throw usage_error(std::string(call) + ": tag " + std::to_string(tag) + " is negative");
+      usage(std::string(call) + " on rank " + std::to_string(rank()) + ": a rank cannot " + call +
+            " to or from itself (it would block forever)");
+    if (tag < 0) usage(std::string(call) + ": tag " + std::to_string(tag) + " is negative");
   }
-  void check_size(std::size_t got, std::size_t want, const char* name, const char* rule, collective c) const {
+  void check_size(std::size_t got, std::size_t want, const char* name, const char* rule, collective c) {
     if (got != want)
-      throw usage_error(what(c) + ": " + name + " has " + std::to_string(got) + " elements; it must hold " +
-                        rule + " = " + std::to_string(want));
+      usage(what(c) + ": " + name + " has " + std::to_string(got) + " elements; it must hold " + rule + " = " +
+            std::to_string(want));
+  }
+  void check_room(std::size_t got, std::size_t want, const char* name, const char* rule, collective c) {
+    if (got < want)
+      usage(what(c) + ": " + name + " has " + std::to_string(got) + " elements; it must hold at least " + rule +
+            " = " + std::to_string(want));
   }
   template <class A, class B>
-  void check_disjoint(view<A> a, view<B> b, collective c, bool allow_same) const {
+  void check_disjoint(view<A, memory> a, view<B, memory> b, collective c, bool allow_same) {
     if (allow_same && static_cast<const void*>(a.data()) == static_cast<const void*>(b.data())) return;
-    if (detail::overlaps(a, b)) throw usage_error(what(c) + ": in and out overlap");
+    if (detail::overlaps(a, b)) usage(what(c) + ": in and out overlap");
   }
-  /// `in` may be exactly this rank's block of `out` (in-place gather/all_gather); nothing else.
+  /// `in` may be exactly this rank's block of `out`, at element `own` (in place); nothing else.
   template <class A, class B>
-  void check_disjoint_or_own_block(view<A> in, view<B> out, collective c) const {
-    const auto* own = out.data() + static_cast<std::size_t>(rank()) * in.size();
-    if (static_cast<const void*>(in.data()) == static_cast<const void*>(own)) return;
-    if (detail::overlaps(in, out)) throw usage_error(what(c) + ": in overlaps out (other than being this rank's own block)");
+  void check_disjoint_or_own_block(view<A, memory> in, view<B, memory> out, std::size_t own, collective c) {
+    if (static_cast<const void*>(in.data()) == static_cast<const void*>(out.data() + own)) return;
+    if (detail::overlaps(in, out)) usage(what(c) + ": in overlaps out (other than being this rank's own block)");
   }
   template <class T>
-  static void copy(view<const T> from, view<T> to) {
-    if (!from.empty() && from.data() != to.data()) std::memcpy(to.data(), from.data(), from.size_bytes());
+  void copy(view<const T, memory> from, view<T, memory> to) {
+    detail::copy_bytes(t_, to.data(), from.data(), from.size_bytes());
   }
 
   Transport t_;
   Algorithm algo_;
   config cfg_;
-  algo::automatic::override_table overrides_;
+  /// automatic's plans, shared with copies (they depend only on the config and the group size).
+  std::shared_ptr<const typename std::conditional_t<detail::is_automatic<Algorithm>::value, Algorithm,
+                                                    algo::automatic>::plan>
+      plan_;
+  mutable std::shared_ptr<const algo::automatic::plan> default_plan_;
   detail::scratch_pool scratch_;
   detail::flight_recorder recorder_;
   std::shared_ptr<std::atomic<bool>> aborted_ = std::make_shared<std::atomic<bool>>(false);
+  std::vector<std::size_t> offsets_a_, offsets_b_;  // the v-collectives' offsets, reused
   std::uint64_t seq_ = 0;
   std::uint64_t context_ = 0;
   std::string broken_;
+  bool noted_ = false;  // this rank left last words (a usage error) with its peers
 };
 
 }  // namespace tutti

@@ -12,6 +12,7 @@
 #include <typeinfo>
 
 #include "tutti/core/dtype.hpp"
+#include "tutti/core/op_id.hpp"
 
 namespace tutti {
 
@@ -138,12 +139,5 @@ template <class Op, class T>
 concept reduce_op =
     std::copy_constructible<Op> && std::is_invocable_r_v<T, const Op&, const T&, const T&> &&
     (!detail::is_bitwise_op<Op> || std::is_integral_v<T>);
-
-/// The op name, or a readable name for a user op, keyed by id (for error messages).
-inline std::string_view op_name(std::uint32_t id) noexcept {
-  static constexpr std::string_view names[] = {"none", "sum",  "prod", "min", "max",
-                                               "band", "bor", "bxor", "avg"};
-  return id < std::size(names) ? names[id] : std::string_view("user op");
-}
 
 }  // namespace tutti

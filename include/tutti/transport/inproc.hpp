@@ -6,19 +6,23 @@
 ///
 /// Beyond timeouts, a waiting rank checks what it can see of its peers, so it fails fast with a
 /// precise error instead of waiting for the deadline:
-/// - a peer whose function threw or returned: `peer_lost` naming it;
+/// - a peer that failed (its communicator's `fail`) or whose function threw or returned:
+///   `peer_lost` naming it;
 /// - a message from the same communicator for this or an earlier collective with a different
-///   fingerprint, or a peer waiting in the same collective step with a different fingerprint:
-///   `mismatch_error` naming both ranks and both values.
+///   fingerprint, or a peer waiting in a later call or in this one with other arguments:
+///   `mismatch_error` naming both ranks and both values;
+/// - ranks that wait for each other in a cycle of sends (each rendezvous waits for a receiver
+///   that is itself sending): `mismatch_error` naming the cycle, at once.
+///
+/// `inproc::run(n, body)` (tutti/group/threads.hpp) starts the threads.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
-#include <cstdio>
-#include <cstring>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <exception>
 #include <memory>
@@ -26,20 +30,26 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <thread>
-#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "tutti/core/error.hpp"
 #include "tutti/core/fingerprint.hpp"
-#include "tutti/transport/transport.hpp"
+#include "tutti/transport/capabilities.hpp"
+#include "tutti/transport/toolkit.hpp"
 
 namespace tutti {
 
 namespace algo {
-struct automatic;
-}
+template <class... Candidates>
+struct automatic_of;
+struct ring;
+struct tree;
+struct recursive_doubling;
+struct direct;
+struct shared_memory;
+struct native;
+}  // namespace algo
 
 namespace detail::inproc_impl {
 
@@ -59,38 +69,57 @@ struct mailbox {
 
 enum class rank_state { running, returned, failed };
 
+/// What a rank is blocked in, for its peers' checks.
+struct blocked {
+  fingerprint fp;
+  int peer = -1;                     // world rank waited for
+  const envelope* sending = nullptr;  // in a send's rendezvous: the envelope its receiver must take
+};
+
 /// What the threads of one `inproc::run` share.
 struct world {
   explicit world(int n)
       : size(n), boxes(static_cast<std::size_t>(n)), waiting(static_cast<std::size_t>(n)),
-        state(static_cast<std::size_t>(n), rank_state::running),
-        failure(static_cast<std::size_t>(n)) {}
+        state(static_cast<std::size_t>(n), rank_state::running), failure(static_cast<std::size_t>(n)),
+        note(static_cast<std::size_t>(n)) {}
 
   const int size;
   std::mutex mu;
   std::vector<mailbox> boxes;
-  std::vector<std::optional<fingerprint>> waiting;  // fingerprint a rank is blocked in
+  std::vector<std::optional<blocked>> waiting;  // what a rank is blocked in
   std::vector<rank_state> state;
   std::vector<std::string> failure;
+  std::vector<std::string> note;  // a rank's last words (a usage error), while it is running
   std::exception_ptr first_error;
 
   void notify_all() {
     for (auto& b : boxes) b.cv.notify_all();
+  }
+  /// Marks `rank` failed with `why` (its communicator failed) and wakes every waiter.
+  void fail(int rank, std::string why) {
+    std::lock_guard lk(mu);
+    if (state[static_cast<std::size_t>(rank)] == rank_state::running) {
+      state[static_cast<std::size_t>(rank)] = rank_state::failed;
+      failure[static_cast<std::size_t>(rank)] = std::move(why);
+    }
+    notify_all();
   }
   /// Marks `rank` finished (failed when `error` is set) and wakes every waiter.
   void finish(int rank, std::exception_ptr error) {
     std::lock_guard lk(mu);
     if (error) {
       if (!first_error) first_error = error;
-      state[static_cast<std::size_t>(rank)] = rank_state::failed;
-      try {
-        std::rethrow_exception(error);
-      } catch (const std::exception& e) {
-        failure[static_cast<std::size_t>(rank)] = e.what();
-      } catch (...) {
-        failure[static_cast<std::size_t>(rank)] = "unknown exception";
+      if (state[static_cast<std::size_t>(rank)] != rank_state::failed) {
+        state[static_cast<std::size_t>(rank)] = rank_state::failed;
+        try {
+          std::rethrow_exception(error);
+        } catch (const std::exception& e) {
+          failure[static_cast<std::size_t>(rank)] = e.what();
+        } catch (...) {
+          failure[static_cast<std::size_t>(rank)] = "unknown exception";
+        }
       }
-    } else {
+    } else if (state[static_cast<std::size_t>(rank)] == rank_state::running) {
       state[static_cast<std::size_t>(rank)] = rank_state::returned;
     }
     notify_all();
@@ -104,34 +133,36 @@ struct world {
 class inproc {
  public:
   using world = detail::inproc_impl::world;
+  /// automatic's tuned-table rows for this transport (tuned_table.hpp).
+  static constexpr std::string_view tuning_kind = "inproc";
 
   /// Runs `f(comm)` on `n` threads, `comm` being a `communicator<inproc, Algorithm>&` of rank
   /// 0..n-1; joins them and rethrows the first exception any rank threw (the other ranks see
-  /// that rank as lost and stop promptly, instead of waiting for their deadlines).
-  template <class Algorithm = algo::automatic, class F>
+  /// that rank as lost and stop promptly, instead of waiting for their deadlines). Defined in
+  /// tutti/group/threads.hpp (included by tutti/tutti.hpp).
+  template <class Algorithm = algo::automatic_of<algo::ring, algo::tree, algo::recursive_doubling, algo::direct,
+                                                 algo::shared_memory, algo::native>,
+            class F>
   static void run(int n, F&& f);
 
   /// As `run`, with each rank's transport wrapped first: `f` gets a
   /// `communicator<decltype(wrap(inproc)), Algorithm>&`. For user transports that delegate to
   /// inproc (see examples/custom_transport.cpp).
-  template <class Algorithm = algo::automatic, class Wrap, class F>
+  template <class Algorithm = algo::automatic_of<algo::ring, algo::tree, algo::recursive_doubling, algo::direct,
+                                                 algo::shared_memory, algo::native>,
+            class Wrap, class F>
   static void run_wrapped(int n, Wrap&& wrap, F&& f);
 
   /// A transport for `rank` of a fresh world of `n` ranks.
-  inproc(std::shared_ptr<world> w, int rank)
-      : world_(std::move(w)), rank_(rank), context_(0) {
-    members_.resize(static_cast<std::size_t>(world_->size));
-    for (int i = 0; i < world_->size; ++i) members_[static_cast<std::size_t>(i)] = i;
-  }
+  inproc(std::shared_ptr<world> w, int rank) : world_(std::move(w)), group_(world_->size, rank) {}
 
-  int rank() const noexcept { return rank_; }
-  int size() const noexcept { return static_cast<int>(members_.size()); }
+  int rank() const noexcept { return group_.rank(); }
+  int size() const noexcept { return group_.size(); }
 
   /// The transport of a sub-group: `members` are ranks of this group, in the new rank order.
   inproc sub(std::span<const int> members, std::uint64_t context) const {
     inproc t = *this;
-    t.context_ = context;
-    std::tie(t.members_, t.rank_) = detail::pick_members(members_, rank_, members);
+    t.group_ = group_.sub(members, context);
     return t;
   }
 
@@ -147,8 +178,8 @@ class inproc {
     recv_with(peer, h, c, w);
   }
 
-  void sendrecv(int to, const header& hs, const std::byte* sdata, int from, const header& hr,
-                std::byte* rdata, const wait_context& w) {
+  void sendrecv(int to, const header& hs, const std::byte* sdata, int from, const header& hr, std::byte* rdata,
+                const wait_context& w) {
     copy_to c{rdata};
     sendrecv_with(to, hs, sdata, from, hr, c, w);
   }
@@ -172,6 +203,23 @@ class inproc {
     await_delivery(lk, to, e, w);
   }
 
+  /// Marks this rank failed, so its peers raise `peer_lost` with `what` at once.
+  void fail(std::string_view what) noexcept {
+    try {
+      world_->fail(group_.world_rank(), std::string(what));
+    } catch (...) {
+    }
+  }
+
+  /// Leaves `what` as this rank's last words (empty: none), quoted by peers that find it gone.
+  void note(std::string_view what) noexcept {
+    try {
+      std::lock_guard lk(world_->mu);
+      world_->note[static_cast<std::size_t>(group_.world_rank())] = std::string(what);
+    } catch (...) {
+    }
+  }
+
  private:
   using envelope = detail::inproc_impl::envelope;
   using state = envelope::state;
@@ -183,21 +231,14 @@ class inproc {
     }
   };
 
-  int world_rank(int r) const { return members_[static_cast<std::size_t>(r)]; }
-  detail::inproc_impl::mailbox& my_box() const {
-    return world_->boxes[static_cast<std::size_t>(world_rank(rank_))];
-  }
-  std::string name(int r) const {
-    std::string s = "rank " + std::to_string(r);
-    if (context_ != 0) s += " (world rank " + std::to_string(world_rank(r)) + ")";
-    return s;
-  }
+  int world_rank(int r) const { return group_.world(r); }
+  detail::inproc_impl::mailbox& my_box() const { return world_->boxes[static_cast<std::size_t>(group_.world_rank())]; }
 
   envelope make_envelope(const header& h, const std::byte* data) const {
     envelope e;
-    e.src = world_rank(rank_);
+    e.src = group_.world_rank();
     e.h = h;
-    e.h.fp.context = context_;
+    e.h.fp.context = group_.context();
     e.data = data;
     return e;
   }
@@ -214,14 +255,14 @@ class inproc {
     return pa == pb && (!pa || a.fp.root == b.fp.root);
   }
 
-  void receive(std::unique_lock<std::mutex>& lk, int peer, const header& h0,
-               byte_consumer consume, const wait_context& w) {
+  void receive(std::unique_lock<std::mutex>& lk, int peer, const header& h0, byte_consumer consume,
+               const wait_context& w) {
     header h = h0;
-    h.fp.context = context_;
+    h.fp.context = group_.context();
     const int src = world_rank(peer);
     auto& q = my_box().q;
     envelope* e = nullptr;
-    wait(lk, peer, h, w, "to receive from", [&] {
+    wait(lk, peer, h, w, "to receive from", nullptr, [&] {
       for (auto it = q.begin(); it != q.end(); ++it)
         if ((*it)->src == src && same_channel((*it)->h, h)) {
           e = *it;
@@ -231,7 +272,7 @@ class inproc {
       return false;
     });
     try {
-      detail::check_header(h, rank_, e->h, peer, w.algorithm);
+      toolkit::check_header(h, rank(), e->h, peer, w.algorithm);
     } catch (const std::exception& ex) {
       e->st = state::rejected;
       e->reason = ex.what();
@@ -245,8 +286,8 @@ class inproc {
     } catch (const std::exception& ex) {  // e.g. a user op that throws: release the sender
       lk.lock();
       e->st = state::rejected;
-      e->reason = detail::where(h, w.algorithm) + ": " + name(rank_) + " failed while taking " + name(peer) +
-                  "'s message: " + ex.what();
+      e->reason = toolkit::where(h, w.algorithm) + ": " + group_.name(rank()) + " failed while taking " +
+                  group_.name(peer) + "'s message: " + ex.what();
       world_->boxes[static_cast<std::size_t>(src)].cv.notify_all();
       throw;
     }
@@ -255,11 +296,9 @@ class inproc {
     world_->boxes[static_cast<std::size_t>(src)].cv.notify_all();
   }
 
-  void await_delivery(std::unique_lock<std::mutex>& lk, int peer, envelope& e,
-                      const wait_context& w) {
+  void await_delivery(std::unique_lock<std::mutex>& lk, int peer, envelope& e, const wait_context& w) {
     try {
-      wait(lk, peer, e.h, w, "to take delivery from",
-           [&] { return e.st == state::done || e.st == state::rejected; });
+      wait(lk, peer, e.h, w, "to take delivery from", &e, [&] { return e.st == state::done || e.st == state::rejected; });
     } catch (...) {
       withdraw(lk, peer, e);
       throw;
@@ -280,69 +319,74 @@ class inproc {
     my_box().cv.wait(lk, [&] { return e.st != state::taken; });
   }
 
-  /// Waits until `ready()`, failing fast on a lost peer or a visible mismatch, and at the
-  /// deadline with a `timeout_error` naming what we waited for.
+  /// Waits (toolkit::wait_until, under the world's lock) until `ready()`, failing fast on a lost
+  /// peer, a visible mismatch or a cycle of sends, and at the deadline with a `timeout_error`
+  /// naming what we waited for.
   template <class Ready>
-  void wait(std::unique_lock<std::mutex>& lk, int peer, const header& h, const wait_context& w,
-            const char* doing, Ready ready) {
-    auto& self = world_->waiting[static_cast<std::size_t>(world_rank(rank_))];
-    self = h.fp;
-    self->context = context_;
+  void wait(std::unique_lock<std::mutex>& lk, int peer, const header& h, const wait_context& w, const char* doing,
+            const envelope* sending, Ready ready) {
+    auto& self = world_->waiting[static_cast<std::size_t>(group_.world_rank())];
+    self = detail::inproc_impl::blocked{h.fp, world_rank(peer), sending};
+    self->fp.context = group_.context();
     // The peer may be waiting for us: let it see what we are blocked in.
     world_->boxes[static_cast<std::size_t>(world_rank(peer))].cv.notify_all();
     struct clear_on_exit {
-      std::optional<fingerprint>& f;
-      ~clear_on_exit() { f.reset(); }
+      std::optional<detail::inproc_impl::blocked>& b;
+      ~clear_on_exit() { b.reset(); }
     } guard{self};
-    const auto deadline = std::chrono::steady_clock::now() + w.timeout;
+    const toolkit::wait_subject subject{h, rank(), doing, peer};
+    bool last_look = false;
     // `ready()` may take what it finds (a receive dequeues the envelope): call it once per look.
-    while (!ready()) {
-      detail::check_aborted(w, h, rank_, doing, peer);
-      check_peer(peer, h, w);
-      check_mailbox(h, w);
-      const auto until = w.aborted ? std::min(deadline, std::chrono::steady_clock::now() + detail::abort_poll) : deadline;
-      if (my_box().cv.wait_until(lk, until) == std::cv_status::timeout &&
-          std::chrono::steady_clock::now() >= deadline) {
-        if (ready()) return;
-        check_peer(peer, h, w);
-        throw timeout_error(detail::where(h, w.algorithm) + ": " + name(rank_) + " timed out after " +
-                            detail::seconds_text(w.timeout) + " waiting " + doing + " " + name(peer) + " (" +
-                            std::to_string(h.bytes) + " bytes, " +
-                            detail::fingerprint_summary(h.fp) + ")");
-      }
-    }
+    toolkit::wait_until(
+        w, subject, toolkit::wait_policy{0, {}, {}},  // no spinning: a condition variable wakes us
+        ready,
+        [&](auto) {
+          check_peer(peer, h, w);
+          check_mailbox(h, w);
+          check_cycle(h, w);
+        },
+        [&](auto until) { my_box().cv.wait_until(lk, until); },
+        [&](auto now) {
+          if (!last_look) {  // one more look before giving up
+            last_look = true;
+            return now;
+          }
+          check_peer(peer, h, w);
+          toolkit::time_out(toolkit::timeout_text(h, w.algorithm, group_.name(rank()), w.timeout, doing,
+                                                  group_.name(peer) + last_words_of(world_rank(peer))));
+        });
+  }
+  /// " (its last words: usage_error: ...)" for a rank that left a note, else "".
+  std::string last_words_of(int wr) const {
+    const auto& n = world_->note[static_cast<std::size_t>(wr)];
+    return n.empty() ? std::string() : " (its last words: " + n + ")";
   }
 
   void check_peer(int peer, const header& h, const wait_context& w) const {
     const auto wr = static_cast<std::size_t>(world_rank(peer));
     using rs = detail::inproc_impl::rank_state;
     if (world_->state[wr] == rs::failed)
-      throw peer_lost(detail::where(h, w.algorithm) + ": " + name(peer) +
-                      " failed while " + name(rank_) + " waited for it: " + world_->failure[wr]);
+      throw peer_lost(toolkit::peer_failed_text(h, w.algorithm, group_.name(peer), group_.name(rank()), world_->failure[wr]));
     if (world_->state[wr] == rs::returned)
-      throw peer_lost(detail::where(h, w.algorithm) + ": " + name(peer) +
-                      " returned from its function while " + name(rank_) +
-                      " still waited for it (did it skip this call?)");
+      throw peer_lost(toolkit::where(h, w.algorithm) + ": " + group_.name(peer) + " returned from its function while " +
+                      group_.name(rank()) + " still waited for it (did it skip this call?)" + last_words_of(static_cast<int>(wr)));
     // Sends are rendezvous, so a peer that must exchange a message with us in this call cannot
     // be blocked in a later one: if it is, the ranks disagree.
     const auto& theirs = world_->waiting[wr];
     fingerprint mine = h.fp;
-    mine.context = context_;
-    if (theirs && is_sequenced(h) && theirs->context == context_ && theirs->coll != collective::send_recv &&
-        (theirs->seq > mine.seq || (theirs->seq == mine.seq && *theirs != mine)))
-      throw mismatch_error(detail::where(h, w.algorithm) + ": " +
-                           detail::describe_difference(mine, rank_, *theirs, peer));
+    mine.context = group_.context();
+    if (theirs && toolkit::left_behind(mine, theirs->fp))
+      toolkit::throw_left_behind(h, w.algorithm, mine, rank(), theirs->fp, peer);
   }
 
   void check_mailbox(const header& h, const wait_context& w) {
-    if (!is_sequenced(h)) return;
+    if (h.fp.coll == collective::send_recv) return;
     for (envelope* e : my_box().q) {
       const fingerprint& f = e->h.fp;
-      if (f.context != context_ || f.coll == collective::send_recv) continue;
+      if (f.context != group_.context() || f.coll == collective::send_recv) continue;
       if (f.seq < h.fp.seq || (f.seq == h.fp.seq && f != h.fp)) {
-        const int peer = local_rank_of(e->src);
-        const std::string what = detail::where(h, w.algorithm) + ": " +
-                                 detail::describe_difference(h.fp, rank_, f, peer);
+        const int peer = group_.local(e->src);
+        const std::string what = toolkit::where(h, w.algorithm) + ": " + detail::describe_difference(h.fp, rank(), f, peer);
         e->st = state::rejected;
         e->reason = what;
         auto& q = my_box().q;
@@ -353,57 +397,35 @@ class inproc {
     }
   }
 
-  static bool is_sequenced(const header& h) { return h.fp.coll != collective::send_recv; }
-
-  int local_rank_of(int world_rank) const {
-    for (std::size_t i = 0; i < members_.size(); ++i)
-      if (members_[i] == world_rank) return static_cast<int>(i);
-    return -1;
+  /// A cycle of ranks each in a send's rendezvous with the next (rank 0 sends to 1, which sends
+  /// to 0, and neither receives): nobody can ever take delivery. The world's lock makes what we
+  /// see of the others consistent.
+  void check_cycle(const header& h, const wait_context& w) const {
+    const int me = group_.world_rank();
+    const auto& mine = world_->waiting[static_cast<std::size_t>(me)];
+    auto stuck = [](const std::optional<detail::inproc_impl::blocked>& b) {
+      return b && b->sending && b->sending->st == state::posted;  // nobody has taken its envelope
+    };
+    if (!stuck(mine)) return;
+    std::string chain;
+    std::vector<bool> seen(static_cast<std::size_t>(world_->size));
+    for (int r = mine->peer; r >= 0 && !seen[static_cast<std::size_t>(r)];) {
+      seen[static_cast<std::size_t>(r)] = true;
+      const auto& b = world_->waiting[static_cast<std::size_t>(r)];
+      if (!stuck(b)) return;  // it receives, runs, or its receiver has its message: the chain may move
+      chain += ", " + group_.world_name(r) + " waits to send to " + group_.world_name(b->peer);
+      if (b->peer == me)
+        throw mismatch_error(toolkit::where(h, w.algorithm) + ": the ranks wait for each other in a cycle of sends, which "
+                             "no receive breaks: " + group_.name(rank()) + " waits to send to " +
+                             group_.world_name(mine->peer) + chain + " (every one sends before it receives)");
+      r = b->peer;
+    }
   }
-
 
   std::shared_ptr<world> world_;
-  std::vector<int> members_;  // local rank -> world rank
-  int rank_;
-  std::uint64_t context_;
+  toolkit::group_map group_;
 };
 
-static_assert(transport<inproc>);
-static_assert(zero_copy_recv<inproc>);
-
-}  // namespace tutti
-
-#include "tutti/group/communicator.hpp"
-
-namespace tutti {
-
-template <class Algorithm, class F>
-void inproc::run(int n, F&& f) {
-  run_wrapped<Algorithm>(n, [](inproc t) { return t; }, std::forward<F>(f));
-}
-
-template <class Algorithm, class Wrap, class F>
-void inproc::run_wrapped(int n, Wrap&& wrap, F&& f) {
-  if (n < 1) throw usage_error("inproc::run: need at least one rank, got " + std::to_string(n));
-  const config cfg = config::from_env();  // read once, before any thread starts
-  auto w = std::make_shared<world>(n);
-  std::vector<std::thread> threads;
-  threads.reserve(static_cast<std::size_t>(n));
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      std::exception_ptr err;
-      try {
-        auto t = wrap(inproc(w, r));
-        communicator<decltype(t), Algorithm> comm(std::move(t), Algorithm{}, cfg);
-        f(comm);
-      } catch (...) {
-        err = std::current_exception();
-      }
-      w->finish(r, err);
-    });
-  }
-  for (auto& t : threads) t.join();
-  if (w->first_error) std::rethrow_exception(w->first_error);
-}
+static_assert(transport<inproc> && zero_copy_recv<inproc> && failure_notices<inproc> && last_words<inproc>);
 
 }  // namespace tutti

@@ -1,0 +1,51 @@
+/// \file
+/// `tutti::inproc::run(n, body)`: runs `body(comm)` on `n` threads of this process, `comm` being
+/// a `communicator<inproc, Algorithm>&` of rank 0..n-1, and rethrows the first exception any rank
+/// threw (the others see that rank fail and stop promptly). The threads flavour of a multi-rank
+/// program: the same body runs over processes with `communicator<shm>::from_env()` under tuttirun.
+#pragma once
+
+#include <exception>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "tutti/core/config.hpp"
+#include "tutti/core/error.hpp"
+#include "tutti/group/communicator.hpp"
+#include "tutti/transport/inproc.hpp"
+
+namespace tutti {
+
+template <class Algorithm, class F>
+void inproc::run(int n, F&& f) {
+  run_wrapped<Algorithm>(n, [](inproc t) { return t; }, std::forward<F>(f));
+}
+
+template <class Algorithm, class Wrap, class F>
+void inproc::run_wrapped(int n, Wrap&& wrap, F&& f) {
+  if (n < 1) throw usage_error("inproc::run: need at least one rank, got " + std::to_string(n));
+  const config cfg = config::from_env();  // read once, before any thread starts
+  auto w = std::make_shared<world>(n);
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      std::exception_ptr err;
+      try {
+        auto t = wrap(inproc(w, r));
+        communicator<decltype(t), Algorithm> comm(std::move(t), Algorithm{}, cfg);
+        f(comm);
+      } catch (...) {
+        err = std::current_exception();
+      }
+      w->finish(r, err);
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (w->first_error) std::rethrow_exception(w->first_error);
+}
+
+}  // namespace tutti

@@ -1,0 +1,220 @@
+/// \file
+/// What a transport can do, as named concepts: the `transport` contract every one keeps, and the
+/// optional capabilities algorithms and the communicator use where present. Each transport states
+/// what it models next to its definition (`static_assert(shared_window<shm>)`), and nothing in
+/// tutti asks a transport for anything but through these concepts and `transport_traits`.
+///
+/// | concept              | what the transport offers                                         | used by          |
+/// |----------------------|-------------------------------------------------------------------|------------------|
+/// | `transport`          | rank, size, blocking send / recv / full-duplex sendrecv of a      | every schedule   |
+/// |                      | header + payload, sub-groups sharing its links                    |                  |
+/// | `zero_copy_recv`     | a peer's bytes handed to a consumer where they lie                | channel          |
+/// | `shared_window`      | windows of peers' memory and per-rank phase counters              | shared_memory    |
+/// | `posted_check`       | a check, at each step on the windows, of what no wait compared    | shared_memory    |
+/// | `window_sources`     | peers read an input where it lies (arena, process_vm_readv)       | shared_memory    |
+/// | `native_collectives` | the transport runs each collective itself (MPI's)                 | native           |
+/// | `failure_notices`    | tells the peers this rank failed, and why                         | communicator     |
+/// | `last_words`         | leaves a note (a usage error) peers quote if this rank goes away  | communicator     |
+/// | `shrinkable`         | a new job of the ranks still alive                                | `shrink()`       |
+/// | `shared_allocation`  | memory the peers can read where it lies                           | `allocate()`     |
+/// | `from_environment`   | joins the job the environment describes                           | `from_env()`     |
+/// | `own_memory`         | its own copy and reduce, for a memory kind the CPU may not touch  | channel          |
+///
+/// `transport_traits<T>` gives the tuning kind (which rows of automatic's tuned table apply) and
+/// the memory kind; both come from the transport's own members where it declares them.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "tutti/core/fingerprint.hpp"
+#include "tutti/core/counts.hpp"
+#include "tutti/core/memory.hpp"
+#include "tutti/op/ops.hpp"
+#include "tutti/transport/byte_consumer.hpp"
+
+namespace tutti {
+
+/// What a blocking transport call needs besides the bytes: how long to wait and what to say.
+struct wait_context {
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  std::string_view algorithm;  ///< for error messages
+  /// Set by `communicator::abort()` (from any thread): every wait checks it whenever it is about
+  /// to sleep, and at least every 20 ms, and raises `errc::aborted`. Null: not abortable.
+  const std::atomic<bool>* aborted = nullptr;
+};
+
+/// The transport contract: a copyable value for one group of ranks.
+/// - `send(peer, h, data, w)`, `recv(peer, h, data, w)`: blocking moves of a header (fingerprint
+///   and byte count) and `h.bytes` of payload; `sendrecv(to, hs, sdata, from, hr, rdata, w)` both
+///   at once (full duplex: rings need it to avoid deadlock).
+/// - `sub(members, context)`: the transport of a sub-group sharing these links; `members` are
+///   ranks of this group in the new rank order.
+/// - A receiver compares the arriving header with the one it expects before it touches the
+///   payload, and raises `mismatch_error` naming both ranks and both values on any difference
+///   (`toolkit::check_header`); every message is sent, zero-byte ones too.
+/// - No wait outlives `w.timeout`: `timeout_error` names the peer, the collective, the algorithm
+///   and the bytes; a peer that died or failed raises `peer_lost` naming it; `w.aborted` is
+///   honoured within about 20 ms.
+/// `tutti::testing::check_transport` (tutti/testing/conformance.hpp) checks all of it.
+template <class T>
+concept transport =
+    std::copy_constructible<T> &&
+    requires(T& t, const T& ct, int peer, const header& h, const std::byte* in, std::byte* out,
+             const wait_context& w, std::span<const int> members, std::uint64_t context) {
+      { ct.rank() } -> std::convertible_to<int>;
+      { ct.size() } -> std::convertible_to<int>;
+      t.send(peer, h, in, w);
+      t.recv(peer, h, out, w);
+      t.sendrecv(peer, h, in, peer, h, out, w);
+      { ct.sub(members, context) } -> std::same_as<T>;
+    };
+
+/// The peer's bytes handed to a consumer in place (a pointer into the sender's memory or a shared
+/// segment), in pieces that start at multiples of 64 bytes, so a reduction reads them without a
+/// staging copy.
+template <class T>
+concept zero_copy_recv = transport<T> && requires(T& t, int peer, const header& h, const std::byte* in,
+                                                  const wait_context& w, byte_consumer consume) {
+  t.recv_with(peer, h, consume, w);
+  t.sendrecv_with(peer, h, in, peer, h, consume, w);
+};
+
+/// Windows of every rank's memory that every rank loads from, and a phase counter per rank that
+/// only its owner writes, published with the call's fingerprint (`algo::shared_memory`).
+/// `has_window()` may be false at run time (a sub-group): schedules fall back to messages.
+template <class T>
+concept shared_window = transport<T> && requires(T& t, const T& ct, int r, std::uint64_t g, const fingerprint& fp,
+                                                 bool compare, const wait_context& w) {
+  { ct.has_window() } -> std::convertible_to<bool>;
+  { ct.window(r) } -> std::same_as<std::byte*>;
+  { ct.window_bytes() } -> std::convertible_to<std::size_t>;
+  { ct.phase() } -> std::convertible_to<std::uint64_t>;
+  t.post(g, fp);
+  t.wait_phase(r, g, fp, compare, w);
+  t.wait_all(g, fp, compare, w);
+};
+
+/// At the start of a step on the windows, a check of what no wait of the earlier steps compared
+/// (a peer's fingerprint where this rank waited for nobody, messages left unread in the rings).
+template <class T>
+concept posted_check = shared_window<T> && requires(const T& ct, std::uint64_t g, const fingerprint& fp,
+                                                    const wait_context& w) { ct.check_posted(g, fp, w); };
+
+/// Peers read a phase's input where it lies instead of through the windows: in the owner's
+/// arena (`allocate`), or in its process (`process_vm_readv`, where `single_copy()`).
+template <class T>
+concept window_sources =
+    shared_window<T> && requires(T& t, const T& ct, int r, std::uint64_t g, const void* p, std::size_t n,
+                                 bool single_copy, int stage, std::byte* dst) {
+      { t.offer_source(g, p, n, single_copy) } -> std::same_as<bool>;
+      { t.read_source(r, g, n, n, stage) } -> std::same_as<const std::byte*>;
+      { t.copy_source(r, g, n, n, dst) } -> std::same_as<bool>;
+      { ct.single_copy() } -> std::convertible_to<bool>;
+      { t.staging(stage, n) } -> std::same_as<std::byte*>;
+    };
+
+/// The transport runs each collective itself (`algo::native`; `tutti::mpi`: MPI's own). Each call
+/// blocks until this rank's part is done or the deadline passes (`timeout_error`; with
+/// `blocking`, the transport may wait without one); in-place forms are recognised from the
+/// pointers exactly as the communicator allows them. `native_agree` makes every rank's
+/// fingerprint (and, for the v-collectives, each rank's own counts) agree before the call.
+template <class T>
+concept native_collectives =
+    transport<T> && requires(T& t, const float* in, float* out, std::size_t n, int root, const fingerprint& fp,
+                             const wait_context& w, bool blocking, const block_counts& b) {
+      t.native_agree(fp, w, blocking);
+      t.native_broadcast(out, n, root, fp, w, blocking);
+      t.native_reduce(in, out, n, root, op::sum{}, fp, w, blocking);
+      t.native_all_reduce(in, out, n, op::sum{}, fp, w, blocking);
+      t.native_gather(in, out, n, root, fp, w, blocking);
+      t.native_all_gather(in, out, n, fp, w, blocking);
+      t.native_scatter(in, out, n, root, fp, w, blocking);
+      t.native_all_to_all(in, out, n, fp, w, blocking);
+      t.native_reduce_scatter(in, out, n, op::sum{}, fp, w, blocking);
+      t.native_barrier(fp, w, blocking);
+      t.native_all_gather_v(in, out, b, fp, w, blocking);
+      t.native_gather_v(in, n, out, b, root, fp, w, blocking);
+      t.native_scatter_v(in, b, out, n, root, fp, w, blocking);
+      t.native_all_to_all_v(in, b, out, b, fp, w, blocking);
+      t.native_reduce_scatter_v(in, out, b, op::sum{}, fp, w, blocking);
+    };
+
+/// The peers of a rank that fails learn why at once (`peer_lost` with the reason) instead of by
+/// their deadline. Never blocks, never throws.
+template <class T>
+concept failure_notices = transport<T> && requires(T& t, std::string_view what) {
+  { t.fail(what) } noexcept;
+};
+
+/// A rank leaves a note for its peers without failing (a `usage_error`: the communicator stays
+/// usable): if it exits or stays away, peers waiting for it quote the note. Never blocks.
+template <class T>
+concept last_words = transport<T> && requires(T& t, std::string_view what) {
+  { t.note(what) } noexcept;
+};
+
+/// After a failure, a new transport of the ranks still alive (`communicator::shrink`).
+template <class T>
+concept shrinkable = transport<T> && requires(const T& ct, std::chrono::milliseconds timeout, std::vector<int>* kept) {
+  { ct.shrink(timeout, kept) } -> std::same_as<T>;
+};
+
+/// Memory its peers read where it lies (`communicator::allocate`).
+template <class T>
+concept shared_allocation = transport<T> && requires(T& t, std::size_t n, std::byte* p) {
+  { t.allocate(n) } -> std::same_as<std::byte*>;
+  t.deallocate(p);
+};
+
+/// Joins the job the environment describes (`communicator::from_env`).
+template <class T>
+concept from_environment = transport<T> && requires {
+  { T::from_env() } -> std::same_as<T>;
+};
+
+/// Its own copy and reduce for the memory kind it declares (`memory_kind`), which the CPU may
+/// not touch: the channel moves and reduces bytes only through them.
+template <class T>
+concept own_memory = transport<T> && requires(T& t, std::byte* d, const std::byte* s, std::size_t n, float* out,
+                                              const float* a) {
+  typename T::memory_kind;
+  t.copy(d, s, n);
+  t.combine(out, a, a, n, op::sum{});
+  t.divide(out, n, 2);
+};
+
+namespace detail {
+template <class T>
+constexpr std::string_view tuning_kind_of() {
+  if constexpr (requires { { T::tuning_kind } -> std::convertible_to<std::string_view>; }) return T::tuning_kind;
+  else return {};
+}
+template <class T>
+struct memory_kind_of {
+  using type = host_memory;
+};
+template <class T>
+  requires requires { typename T::memory_kind; }
+struct memory_kind_of<T> {
+  using type = typename T::memory_kind;
+};
+}  // namespace detail
+
+/// What the library knows of a transport type besides its capabilities.
+template <class T>
+struct transport_traits {
+  /// The rows of automatic's tuned table that apply (`tuned_table.hpp`: "shm", "tcp", "inproc"):
+  /// the transport's `static constexpr std::string_view tuning_kind`; empty: none (the rule).
+  static constexpr std::string_view tuning_kind = detail::tuning_kind_of<T>();
+  /// Where its views' memory lives: the transport's `memory_kind` type, else host memory.
+  using memory = typename detail::memory_kind_of<T>::type;
+};
+
+}  // namespace tutti

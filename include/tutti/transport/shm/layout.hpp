@@ -1,0 +1,115 @@
+/// \file
+/// The shared segment of `tutti::shm`: what lies where, identically computed by every rank.
+///
+///     [4 KiB header page][control block per rank][notices per rank]
+///     [byte ring per ordered pair of ranks][window per rank][arena per rank]
+///
+/// A control block is a few cache lines, each with a single writer (the rank, except the
+/// doorbell, which whoever wakes the rank bumps). Fingerprints are stored as words of atomics
+/// (`toolkit::wire::to_words`), so readers and writers never race; a reader takes a consistent
+/// one through the generation word next to it (a seqlock: odd while it is being written).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "tutti/core/fingerprint.hpp"
+#include "tutti/transport/shm/options.hpp"
+#include "tutti/transport/toolkit/wire.hpp"
+
+namespace tutti::detail::shm_impl {
+
+inline constexpr std::uint64_t segment_magic = 0x7475747469736d32ull;  // "tuttism2"
+inline constexpr std::size_t line = 64;
+inline constexpr std::size_t fp_words = toolkit::wire::fingerprint_words;
+
+enum class rank_state : std::uint32_t { running = 0, failed = 1 };
+
+/// What a rank publishes it is blocked in (`wait_kind`), for its peers' checks.
+enum class wait_kind : std::int32_t {
+  none = 0,
+  send = 1,    ///< a send waiting for room in its ring to the peer
+  recv = 2,    ///< a receive waiting for data from the peer
+  duplex = 3,  ///< a sendrecv: waits for either
+  phase = 4,   ///< a step on the windows: waits for the peer's post
+};
+
+inline void store_fp(std::atomic<std::uint64_t>* w, const fingerprint& fp) noexcept {
+  const auto words = toolkit::wire::to_words(fp);
+  for (std::size_t i = 0; i < fp_words; ++i) w[i].store(words[i], std::memory_order_relaxed);
+}
+inline fingerprint load_fp(const std::atomic<std::uint64_t>* w) noexcept {
+  std::uint64_t tmp[fp_words];
+  for (std::size_t i = 0; i < fp_words; ++i) tmp[i] = w[i].load(std::memory_order_relaxed);
+  return toolkit::wire::from_words(tmp);
+}
+
+/// One rank's control block.
+struct control {
+  alignas(line) std::atomic<std::uint32_t> state;  // rank_state; failed: its notice holds why
+  std::atomic<std::int32_t> pid;
+  std::atomic<std::uint64_t> note_gen;               // seqlock of this rank's note (its last words)
+  alignas(line) std::atomic<std::uint32_t> doorbell;  // bumped by whoever wakes this rank
+  std::atomic<std::uint32_t> sleepers;               // > 0 while this rank may sleep on the bell
+  // Native phases: 2g-1 while the fingerprint of phase g is written, 2g once g is posted.
+  alignas(line) std::atomic<std::uint64_t> phase_gen;
+  std::atomic<std::uint64_t> phase_fp[fp_words];     // fingerprint of the last posted phase
+  alignas(line) std::atomic<std::uint64_t> wait_gen;  // seqlock of the next fields (odd: writing)
+  std::atomic<std::uint64_t> wait_fp[fp_words];      // what this rank is blocked in, if anything
+  alignas(line) std::atomic<std::int32_t> wait_peer;  // the world rank it waits for there, or -1
+  std::atomic<std::int32_t> wait_how;                // wait_kind
+  std::atomic<std::uint64_t> source[2];              // per phase parity: arena offset of the input, or none
+  std::atomic<std::uint64_t> address[2];             // per phase parity: its address in the process, or 0
+  alignas(line) std::atomic<std::uint64_t> probe_address;  // start-up: a word peers try to read
+  std::atomic<std::int32_t> probe_result;            // 0: read every peer; errno of the first failure; -1: off; -2: too few cores
+  std::atomic<std::uint32_t> startup_step;           // start-up barrier
+  std::atomic<std::int32_t> probe_peer;              // the peer the first failure was on
+  std::atomic<std::uint32_t> shrink_gen;             // shrink: how many times this rank entered it
+  std::atomic<std::uint32_t> shrink_decided;         // shrink: the generation whose members follow
+  std::atomic<std::uint64_t> shrink_members;         // shrink: bit r set: old rank r is in the new job
+};
+static_assert(sizeof(std::atomic<std::uint64_t>) * (fp_words + 1) <= line, "a phase's generation and fingerprint share one line");
+static_assert(sizeof(control) == 6 * line);
+inline constexpr std::uint64_t probe_magic = 0x7475747469636d61ull;  // "tutticma"
+inline constexpr std::uint64_t no_source = ~std::uint64_t{0};
+
+/// A rank's notices: why it failed (written once, before its state turns failed) and its note
+/// (last words; rewritten under `note_gen`). Each a 32-bit length and the text.
+inline constexpr std::size_t notice_text_bytes = 4096 - 4;
+struct notices {
+  std::uint32_t failure_bytes;
+  char failure[notice_text_bytes];
+  std::uint32_t note_bytes;
+  char note[notice_text_bytes];
+};
+static_assert(sizeof(notices) == 8192);
+
+struct ring_ends {
+  alignas(line) std::atomic<std::uint64_t> head;  // bytes published by the sender
+  alignas(line) std::atomic<std::uint64_t> tail;  // bytes consumed by the receiver
+};
+
+/// Where everything lives in the segment (every rank computes the same).
+struct layout {
+  std::size_t controls, notices_at, rings, ring_stride, windows, arenas, total;
+  shm_options opt;
+  int p;
+  layout(int world, shm_options o) : opt(o), p(world) {
+    const auto P = static_cast<std::size_t>(world);
+    controls = 4096;
+    notices_at = controls + P * sizeof(control);
+    rings = notices_at + P * sizeof(notices);
+    ring_stride = sizeof(ring_ends) + o.ring_bytes;
+    windows = (rings + P * (P > 1 ? P - 1 : 0) * ring_stride + 4095) & ~std::size_t{4095};
+    arenas = windows + P * o.window_bytes;
+    total = arenas + P * o.arena_bytes;
+  }
+  std::size_t ring(int src, int dst) const {  // ordered pair (src, dst), src != dst
+    const int k = src * (p - 1) + (dst < src ? dst : dst - 1);
+    return rings + static_cast<std::size_t>(k) * ring_stride;
+  }
+};
+
+}  // namespace tutti::detail::shm_impl

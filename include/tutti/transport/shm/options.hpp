@@ -1,0 +1,38 @@
+/// \file
+/// `tutti::shm_options`: the sizes of the shared segment and the single-copy mode, from the
+/// environment (`TUTTI_SHM_RING_BYTES`, `TUTTI_SHM_WINDOW_BYTES`, `TUTTI_SHM_ARENA_BYTES`,
+/// `TUTTI_SHM_SINGLE_COPY`).
+#pragma once
+
+#include <cstddef>
+
+#include "tutti/bootstrap/env.hpp"
+
+namespace tutti {
+
+struct shm_options {
+  std::size_t ring_bytes = std::size_t{256} << 10;    ///< per ordered pair of ranks
+  std::size_t window_bytes = std::size_t{4} << 20;    ///< per rank, two halves
+  std::size_t arena_bytes = std::size_t{256} << 20;   ///< per rank, for `allocate` (reserved, not touched)
+  /// Single copy: peers read large inputs straight out of this process with `process_vm_readv`,
+  /// where the start-up probe shows it works. `automatic`: unless ranks outnumber cores (the
+  /// windows are faster there); `always`: even then (`TUTTI_SHM_SINGLE_COPY=1`); `never`
+  /// (`TUTTI_SHM_SINGLE_COPY=0`).
+  enum class mode { automatic, never, always };
+  mode single_copy = mode::automatic;
+
+  static shm_options from_env(int world_size) {
+    shm_options o;
+    if (world_size > 16) o.ring_bytes = std::size_t{64} << 10;  // p(p-1) rings: keep the total sane
+    if (auto v = detail::env_int("TUTTI_SHM_RING_BYTES", 4096, 1L << 30)) o.ring_bytes = static_cast<std::size_t>(*v);
+    if (auto v = detail::env_int("TUTTI_SHM_WINDOW_BYTES", 8192, 1L << 32)) o.window_bytes = static_cast<std::size_t>(*v);
+    if (auto v = detail::env_int("TUTTI_SHM_ARENA_BYTES", 0, 1L << 40)) o.arena_bytes = static_cast<std::size_t>(*v);
+    if (auto v = detail::env_int("TUTTI_SHM_SINGLE_COPY", 0, 1)) o.single_copy = *v ? mode::always : mode::never;
+    o.arena_bytes = (o.arena_bytes + 4095) & ~std::size_t{4095};
+    o.ring_bytes = (o.ring_bytes + 63) & ~std::size_t{63};
+    o.window_bytes = (o.window_bytes + 127) & ~std::size_t{127};
+    return o;
+  }
+};
+
+}  // namespace tutti

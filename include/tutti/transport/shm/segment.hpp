@@ -1,0 +1,143 @@
+/// \file
+/// `detail::shm_impl::segment`: one process's mapping of the job's shared segment and what every
+/// transport of that process shares about it: its place, the peers' processes (pids and pidfds),
+/// the local ends of the rings, the phase counter, single copy, the arena's bookkeeping. Also the
+/// liveness rules of shm: how a rank wakes another (its doorbell), tells that a peer is gone
+/// (its process exited, or it marked itself failed, and why) and leaves or reads last words.
+#pragma once
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tutti/bootstrap/local_rendezvous.hpp"
+#include "tutti/detail/futex.hpp"
+#include "tutti/transport/shm/layout.hpp"
+
+namespace tutti::detail::shm_impl {
+
+struct segment {
+  layout lay;
+  std::byte* base = nullptr;
+  int world_rank = 0;
+  std::vector<int> pids;
+  std::vector<unique_fd> pidfds;
+  std::uint64_t my_phase = 0;
+  std::uint64_t compared_all = 0;  // the last phase whose every peer's fingerprint wait_all compared
+  bool oversubscribed = false;
+  std::vector<std::uint64_t> sent, received;  // local copies of my ring heads (per dst) and tails (per src)
+  bool single_copy = false;                   // peers' inputs may be read with process_vm_readv
+  std::string single_copy_note;               // why (not), for TUTTI_DEBUG=info
+  std::vector<std::byte> staging[3];          // where single-copy reads land
+  std::string job_id;                         // this job's rendezvous name (shrink derives new ones)
+
+  std::byte* arena_base = nullptr;  // the arenas' mapping (not pre-faulted)
+  std::mutex arena_mu;
+  std::map<std::size_t, std::size_t> arena_free;  // offset -> bytes, in this rank's arena
+  std::map<std::size_t, std::size_t> arena_used;
+
+  segment(int world, shm_options o) : lay(world, o) {}
+  segment(const segment&) = delete;
+  segment& operator=(const segment&) = delete;
+  ~segment() {
+    if (base) ::munmap(base, lay.arenas);
+    if (arena_base) ::munmap(arena_base, lay.total - lay.arenas);
+  }
+  std::byte* arena(int world_r) const { return arena_base + static_cast<std::size_t>(world_r) * lay.opt.arena_bytes; }
+  control& ctl(int world_r) const { return reinterpret_cast<control*>(base + lay.controls)[world_r]; }
+  notices& notes(int world_r) const { return reinterpret_cast<notices*>(base + lay.notices_at)[world_r]; }
+  ring_ends& ends(int src, int dst) const { return *reinterpret_cast<ring_ends*>(base + lay.ring(src, dst)); }
+  std::byte* ring_data(int src, int dst) const { return base + lay.ring(src, dst) + sizeof(ring_ends); }
+  std::byte* window(int world_r) const {
+    return base + lay.windows + static_cast<std::size_t>(world_r) * lay.opt.window_bytes;
+  }
+
+  /// Wakes `world_r` if it may be asleep. Call after publishing what it waits for.
+  void ring_bell(int world_r) const noexcept {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    control& c = ctl(world_r);
+    if (c.sleepers.load(std::memory_order_relaxed) > 0) {
+      c.doorbell.fetch_add(1, std::memory_order_seq_cst);
+      futex_wake_all(&c.doorbell);
+    }
+  }
+
+  /// Whether world rank r's process is gone (it may have failed and still be alive otherwise).
+  bool exited(int world_r) const {
+    const auto r = static_cast<std::size_t>(world_r);
+    if (r < pidfds.size() && pidfds[r]) {
+      pollfd pf{pidfds[r].get(), POLLIN, 0};
+      return ::poll(&pf, 1, 0) > 0;
+    }
+    return r < pids.size() && pids[r] > 0 && ::kill(pids[r], 0) != 0 && errno == ESRCH;
+  }
+
+  /// Empty when world rank r is alive; otherwise why it is not: "failed: <its reason>", or
+  /// "exited or was killed (pid N)" and its last words, if it left any.
+  std::string gone(int world_r) const {
+    control& c = ctl(world_r);
+    if (c.state.load(std::memory_order_acquire) == static_cast<std::uint32_t>(rank_state::failed)) {
+      const notices& n = notes(world_r);
+      const std::size_t len = std::min<std::size_t>(n.failure_bytes, notice_text_bytes);
+      return "failed: " + std::string(n.failure, len);
+    }
+    if (exited(world_r)) {
+      const std::string words = note_of(world_r);
+      return "exited or was killed (pid " + std::to_string(pids[static_cast<std::size_t>(world_r)]) + ")" +
+             (words.empty() ? std::string() : " after its last words: " + words);
+    }
+    return {};
+  }
+
+  /// Marks this rank failed with `what` (already cut to fit: toolkit::notice_text).
+  void write_failure(std::string_view what) noexcept {
+    notices& n = notes(world_rank);
+    const std::size_t len = std::min(what.size(), notice_text_bytes);
+    std::memcpy(n.failure, what.data(), len);
+    n.failure_bytes = static_cast<std::uint32_t>(len);
+    ctl(world_rank).state.store(static_cast<std::uint32_t>(rank_state::failed), std::memory_order_release);
+  }
+
+  /// This rank's last words (empty: none), read by peers under the note's seqlock.
+  void write_note(std::string_view what) noexcept {
+    control& c = ctl(world_rank);
+    notices& n = notes(world_rank);
+    const std::uint64_t g = c.note_gen.load(std::memory_order_relaxed);
+    c.note_gen.store(g + 1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    const std::size_t len = std::min(what.size(), notice_text_bytes);
+    std::atomic_ref<std::uint32_t>(n.note_bytes).store(static_cast<std::uint32_t>(len), std::memory_order_relaxed);
+    for (std::size_t i = 0; i < len; ++i) std::atomic_ref<char>(n.note[i]).store(what[i], std::memory_order_relaxed);
+    c.note_gen.store(g + 2, std::memory_order_release);
+  }
+  std::string note_of(int world_r) const {
+    control& c = ctl(world_r);
+    notices& n = notes(world_r);
+    for (int attempt = 0; attempt < 8; ++attempt) {
+      const std::uint64_t g1 = c.note_gen.load(std::memory_order_acquire);
+      if (g1 & 1) continue;
+      const std::size_t len = std::min<std::size_t>(
+          std::atomic_ref<std::uint32_t>(n.note_bytes).load(std::memory_order_relaxed), notice_text_bytes);
+      std::string text(len, '\0');
+      for (std::size_t i = 0; i < len; ++i) text[i] = std::atomic_ref<char>(n.note[i]).load(std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (c.note_gen.load(std::memory_order_relaxed) == g1) return text;
+    }
+    return {};
+  }
+};
+
+}  // namespace tutti::detail::shm_impl

@@ -1,0 +1,375 @@
+/// \file
+/// `tutti::shm`: processes of one host, over one shared segment (see tutti/transport/shm.hpp for
+/// the whole picture). This class is the facade: it joins its parts, each in a file of its own:
+/// the segment and its liveness rules (`segment.hpp`), start-up (`startup.hpp`), the byte rings
+/// (`rings.hpp`), the windows (`windows.hpp`), the arena (`arena.hpp`), diagnosis of what the
+/// peers are blocked in (`diagnosis.hpp`) and shrink (`shrink.hpp`); the wait loop, the header
+/// check, the group map and the error texts come from the transport toolkit.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tutti/bootstrap/env.hpp"
+#include "tutti/core/config.hpp"
+#include "tutti/core/error.hpp"
+#include "tutti/core/fingerprint.hpp"
+#include "tutti/transport/capabilities.hpp"
+#include "tutti/transport/shm/arena.hpp"
+#include "tutti/transport/shm/diagnosis.hpp"
+#include "tutti/transport/shm/options.hpp"
+#include "tutti/transport/shm/rings.hpp"
+#include "tutti/transport/shm/segment.hpp"
+#include "tutti/transport/shm/shrink.hpp"
+#include "tutti/transport/shm/startup.hpp"
+#include "tutti/transport/shm/windows.hpp"
+#include "tutti/transport/toolkit.hpp"
+
+namespace tutti {
+
+/// The shared-memory transport. Value type; copies share the mapping.
+class shm {
+ public:
+  /// automatic's tuned-table rows for this transport (tuned_table.hpp).
+  static constexpr std::string_view tuning_kind = "shm";
+
+  /// Joins the job described by the environment (`job_env::from_env`): every rank must be on
+  /// this host (LOCAL_WORLD_SIZE == WORLD_SIZE). Waits for the others up to `TUTTI_TIMEOUT`.
+  static shm from_env() { return create(job_env::from_env(), config::from_env()); }
+
+  static shm create(const job_env& job, const config& cfg) {
+    if (job.local_world_size != job.world_size)
+      throw config_error("tutti::shm needs every rank on one host, but the environment (" + job.source + ") says " +
+                         std::to_string(job.local_world_size) + " of " + std::to_string(job.world_size) +
+                         " ranks run here; use tutti::tcp or a hierarchy across hosts");
+    shm t = create(job.rank, job.world_size, job.job_id, shm_options::from_env(job.world_size), cfg.timeout);
+    detail::log(log_level::info, cfg, job.rank, "shm: " + t.seg_->single_copy_note);
+    return t;
+  }
+
+  static shm create(int rank, int world_size, const std::string& job_id, shm_options opt,
+                    std::chrono::milliseconds timeout) {
+    shm t;
+    t.seg_ = detail::shm_impl::map_segment(rank, world_size, job_id, opt, timeout);
+    t.group_ = toolkit::group_map(world_size, rank);
+    detail::shm_impl::publish_waiting(*t.seg_, t.group_, nullptr);
+    return t;
+  }
+
+  int rank() const noexcept { return group_.rank(); }
+  int size() const noexcept { return group_.size(); }
+
+  /// Whether peers read large inputs straight from this process (`process_vm_readv`), and why.
+  bool single_copy() const noexcept { return seg_->single_copy && group_.context() == 0; }
+  const std::string& single_copy_note() const noexcept { return seg_->single_copy_note; }
+
+  shm sub(std::span<const int> members, std::uint64_t context) const {
+    shm t = *this;
+    t.group_ = group_.sub(members, context);
+    return t;
+  }
+
+  // ---- point to point -------------------------------------------------------------------
+
+  void send(int peer, const header& h, const std::byte* data, const wait_context& w) {
+    detail::shm_impl::outgoing out{peer, h, data};
+    while (!detail::shm_impl::progress(*seg_, group_, out))
+      wait_for(w, h, peer, -1, "to make room at", wait_kind::send,
+               [&] { return detail::shm_impl::room_changed(*seg_, group_, out); });
+  }
+  void recv(int peer, const header& h, std::byte* data, const wait_context& w) {
+    detail::shm_impl::copier c{data};
+    recv_with(peer, h, c, w);
+  }
+  void sendrecv(int to, const header& hs, const std::byte* sdata, int from, const header& hr, std::byte* rdata,
+                const wait_context& w) {
+    detail::shm_impl::copier c{rdata};
+    sendrecv_with(to, hs, sdata, from, hr, c, w);
+  }
+  void recv_with(int peer, const header& h, byte_consumer consume, const wait_context& w) {
+    detail::shm_impl::incoming in{peer, h, consume};
+    while (!detail::shm_impl::progress(*seg_, group_, in, w))
+      wait_for(w, h, peer, -1, "to receive from", wait_kind::recv,
+               [&] { return detail::shm_impl::data_arrived(*seg_, group_, in); });
+  }
+  void sendrecv_with(int to, const header& hs, const std::byte* sdata, int from, const header& hr,
+                     byte_consumer consume, const wait_context& w) {
+    using namespace detail::shm_impl;
+    outgoing out{to, hs, sdata};
+    incoming in{from, hr, consume};
+    bool sent = false, received = false;
+    while (true) {
+      if (!sent) sent = progress(*seg_, group_, out);
+      if (!received) received = progress(*seg_, group_, in, w);
+      if (sent && received) return;
+      wait_for(w, received ? hs : hr, received ? to : from, sent ? -1 : to,
+               received ? "to make room at" : "to receive from",
+               sent ? wait_kind::recv : received ? wait_kind::send : wait_kind::duplex, [&] {
+                 return (!sent && room_changed(*seg_, group_, out)) || (!received && data_arrived(*seg_, group_, in));
+               });
+    }
+  }
+
+  // ---- windows and phases (the shared_window capability) ---------------------------------
+
+  /// Windows exist on the world communicator only: sub-groups run their collectives over the
+  /// rings (a phase counter is shared by every communicator of the process).
+  bool has_window() const noexcept { return group_.context() == 0; }
+  std::byte* window(int r) const noexcept { return seg_->window(group_.world(r)); }
+  std::size_t window_bytes() const noexcept { return seg_->lay.opt.window_bytes; }
+  std::uint64_t phase() const noexcept { return seg_->my_phase; }
+
+  /// Publishes this rank's phase `g` with the fingerprint of the call.
+  void post(std::uint64_t g, const fingerprint& fp) noexcept { detail::shm_impl::post_phase(*seg_, group_.members(), g, fp); }
+
+  /// Waits until rank `r` has posted phase `g`, the call being `fp`. With `compare`, a peer at
+  /// exactly `g` must have posted `fp` too: `mismatch_error` otherwise.
+  void wait_phase(int r, std::uint64_t g, const fingerprint& fp, bool compare, const wait_context& w) {
+    using namespace detail::shm_impl;
+    auto& c = seg_->ctl(group_.world(r));
+    if (!has_posted(c, g)) {
+      header h{fp, 0};
+      if (!compare) h.fp.coll = collective::send_recv;  // liveness and deadline only
+      wait_for(w, h, r, -1, "to reach the same step as", wait_kind::phase, [&] { return has_posted(c, g); });
+    }
+    if (!compare) return;
+    if (const auto theirs = posted_fp(c, g); theirs && *theirs != fp)
+      throw mismatch_error(toolkit::where({fp, 0}, w.algorithm) + ": " + detail::describe_difference(fp, rank(), *theirs, r));
+    check_ring(*seg_, group_, r, fp, w);
+  }
+  void wait_all(std::uint64_t g, const fingerprint& fp, bool compare, const wait_context& w) {
+    for (int r = 0; r < size(); ++r)
+      if (r != rank()) wait_phase(r, g, fp, compare, w);
+    if (compare) seg_->compared_all = g;
+  }
+  /// At the start of a step on the windows, once every peer has posted g (this rank's last
+  /// phase), for the call `fp`: catches what no wait of the earlier steps compared.
+  /// - Each peer still at g must have posted g with this rank's fingerprint of g. A peer already
+  ///   past g compared ours itself (in its wait for g, or here at its next step), so every pair
+  ///   of ranks compares every phase, even where a schedule has one of them wait for nobody (a
+  ///   broadcast root, a reduce leaf, ranks that disagree on the root).
+  /// - No peer may have left an unread message of an earlier collective of this communicator in
+  ///   its ring to this rank (`check_ring`).
+  /// Reads only control lines and ring heads; no extra synchronisation. The fingerprints are not
+  /// read again where this rank's own wait_all at g compared every peer: a peer it found already
+  /// past g had run this check at g while this rank was still at g, comparing ours (measured:
+  /// 0.1 us of a 0.6 us 8-byte all_reduce at 2 ranks).
+  void check_posted(std::uint64_t g, const fingerprint& fp, const wait_context& w) const {
+    using namespace detail::shm_impl;
+    const auto mine = g > 0 && seg_->compared_all != g ? posted_fp(seg_->ctl(seg_->world_rank), g) : std::nullopt;
+    for (int r = 0; r < size(); ++r) {
+      if (r == rank()) continue;
+      if (mine)
+        if (const auto theirs = posted_fp(seg_->ctl(group_.world(r)), g); theirs && *theirs != *mine)
+          throw mismatch_error(std::string(collective_name(mine->coll)) + "(" + std::string(w.algorithm) + ") #" +
+                               std::to_string(mine->seq) + ": " + detail::describe_difference(*mine, rank(), *theirs, r) +
+                               " (seen when rank " + std::to_string(rank()) + " began its next step on the windows)");
+      check_ring(*seg_, group_, r, fp, w);
+    }
+  }
+
+  // ---- shared allocation (zero copy) and single copy ---------------------------------------
+
+  /// `bytes` of this rank's arena in the segment (64-byte aligned): peers read a collective's
+  /// input straight from it. `usage_error` when the arena (`TUTTI_SHM_ARENA_BYTES`) is full.
+  std::byte* allocate(std::size_t bytes) { return detail::shm_impl::arena_allocate(*seg_, bytes); }
+  void deallocate(std::byte* p) noexcept { detail::shm_impl::arena_deallocate(*seg_, p); }
+
+  /// Before posting phase g: offers this rank's input for g, [p, p + bytes), to its peers where it
+  /// lies: in this rank's arena (they load from it), or else, with `single_copy` allowed and
+  /// working, in this process (they read it with process_vm_readv). False when nothing is offered:
+  /// the caller copies the input into its slot. An offered input must stay unchanged until every
+  /// peer has posted a later phase.
+  bool offer_source(std::uint64_t g, const void* p, std::size_t bytes, bool single_copy) noexcept {
+    auto& c = seg_->ctl(seg_->world_rank);
+    const auto off = group_.context() == 0 ? detail::shm_impl::arena_offset(*seg_, p, bytes) : std::nullopt;
+    const bool remote = !off && single_copy && seg_->single_copy && group_.context() == 0;
+    c.source[g % 2].store(off.value_or(detail::shm_impl::no_source), std::memory_order_relaxed);
+    c.address[g % 2].store(remote ? reinterpret_cast<std::uintptr_t>(p) : 0, std::memory_order_relaxed);
+    return off || remote;
+  }
+  /// After rank r posted g: `bytes` at byte `offset` of the input r offered for g: a pointer into
+  /// r's arena, or this rank's staging buffer `stage` (0..2) filled by one process_vm_readv;
+  /// null when r offered nothing (its input is in its slot).
+  const std::byte* read_source(int r, std::uint64_t g, std::size_t offset, std::size_t bytes, int stage) {
+    const offered where = offered_by(r, g);
+    if (where.mapped) return where.mapped + offset;
+    if (!where.address) return nullptr;
+    std::byte* buf = staging(stage, bytes);
+    read_remote(r, where.address + offset, bytes, buf);
+    return buf;
+  }
+  /// This process's staging buffer `stage` (0..2), at least `bytes` long.
+  std::byte* staging(int stage, std::size_t bytes) {
+    auto& buf = seg_->staging[stage];
+    if (buf.size() < bytes) buf.resize(std::max(bytes, std::size_t{1} << 20));
+    return buf.data();
+  }
+  /// Like `read_source`, into `dst`; false when r offered nothing.
+  bool copy_source(int r, std::uint64_t g, std::size_t offset, std::size_t bytes, std::byte* dst) {
+    const offered where = offered_by(r, g);
+    if (where.mapped) {
+      if (bytes) std::memcpy(dst, where.mapped + offset, bytes);
+      return true;
+    }
+    if (!where.address) return false;
+    read_remote(r, where.address + offset, bytes, dst);
+    return true;
+  }
+
+  // ---- failures ----------------------------------------------------------------------------
+
+  /// After a failure, a new job of the ranks still alive, renumbered in order, on a fresh segment
+  /// (`communicator::shrink`; shrink.hpp says how they agree). A rank that arrives after the
+  /// decision without being in it raises `errc::aborted`. `kept`, when given, gets the old ranks
+  /// of the members in new rank order.
+  shm shrink(std::chrono::milliseconds timeout, std::vector<int>* kept = nullptr) const {
+    if (group_.context() != 0) throw usage_error("shm shrink: call it on the world communicator, not on a group");
+    auto& seg = *seg_;
+    const auto s = detail::shm_impl::agree_survivors(seg, timeout);
+    const auto bit = [](int r) { return std::uint64_t{1} << r; };
+    if (kept) {
+      kept->clear();
+      for (int r = 0; r < seg.lay.p; ++r)
+        if (s.members & bit(r)) kept->push_back(r);
+    }
+    const int new_rank = std::popcount(s.members & (bit(seg.world_rank) - 1));
+    const int new_size = std::popcount(s.members);
+    return create(new_rank, new_size, seg.job_id + ".shrink" + std::to_string(s.generation), seg.lay.opt, timeout);
+  }
+
+  /// Marks this rank failed, so its peers raise `peer_lost` with `what` instead of timing out.
+  void fail(std::string_view what) noexcept {
+    try {
+      seg_->write_failure(toolkit::notice_text(what, detail::shm_impl::notice_text_bytes));
+    } catch (...) {
+      seg_->write_failure("failed (the reason did not fit in memory)");
+    }
+    for (int r : group_.members())
+      if (r != seg_->world_rank) seg_->ring_bell(r);
+  }
+
+  /// Leaves `what` as this rank's last words (empty: none): a peer that finds this rank's
+  /// process gone, or times out waiting for it, quotes them.
+  void note(std::string_view what) noexcept {
+    try {
+      seg_->write_note(toolkit::notice_text(what, detail::shm_impl::notice_text_bytes));
+    } catch (...) {
+    }
+  }
+
+ private:
+  using wait_kind = detail::shm_impl::wait_kind;
+
+  /// Spin, then yield, then sleep on our doorbell until `ready()` (toolkit::wait_until);
+  /// before each sleep: our peers (`peer`, and `peer2` unless -1: gone, in a later call, part
+  /// of a cycle with us) and the deadline.
+  template <class Ready>
+  void wait_for(const wait_context& w, const header& h, int peer, int peer2, const char* doing, wait_kind how,
+                Ready ready) {
+    using namespace detail::shm_impl;
+    const bool over = seg_->oversubscribed;
+    // About 20 us of spinning (a pause is ~40 ns) when every rank has a core of its own; a
+    // moment when ranks outnumber cores, where spinning would starve the rank we wait for.
+    const toolkit::wait_policy policy{over ? 16 : 512, {}, std::chrono::microseconds(over ? 20 : 200),
+                                      std::chrono::milliseconds(20)};
+    bool published = false, extended = false;
+    int sleeps = 0;
+    std::vector<std::uint64_t> cycle;
+    struct unpublish {
+      shm& t;
+      bool& published;
+      ~unpublish() {
+        if (published) publish_waiting(*t.seg_, t.group_, nullptr);
+      }
+    } guard{*this, published};
+    auto& me = seg_->ctl(seg_->world_rank);
+    toolkit::wait_until(
+        w, {h, rank(), doing, peer}, policy, ready,
+        [&](auto) {
+          if (!published) {
+            publish_waiting(*seg_, group_, &h.fp, group_.world(peer), how);
+            published = true;
+          }
+          // A peer seen in a later call may have finished ours just now: check_peer believes
+          // the mismatch only if what we wait for is still missing after it looked.
+          check_peer(*seg_, group_, peer, h, w, ready);
+          if (peer2 >= 0) check_peer(*seg_, group_, peer2, h, w, ready);
+          if (how == wait_kind::send || how == wait_kind::recv) check_cycle(*seg_, group_, h, w, cycle);
+        },
+        [&](auto until) {
+          me.sleepers.fetch_add(1, std::memory_order_seq_cst);
+          const std::uint32_t bell = me.doorbell.load(std::memory_order_seq_cst);
+          const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(until - std::chrono::steady_clock::now());
+          const std::chrono::nanoseconds slice = std::chrono::milliseconds(sleeps++ < 100 ? 2 : 20);
+          if (!ready() && left.count() > 0) detail::futex_wait(&me.doorbell, bell, std::min(slice, left));
+          me.sleepers.fetch_sub(1, std::memory_order_relaxed);
+        },
+        [&](auto now) {
+          // A peer that is not stopped may be stuck waiting itself and time out a moment after
+          // us: half a second more lets its failure (naming whom it waited for) reach us first.
+          const int wr = group_.world(peer);
+          if (!extended && !toolkit::process_stopped(seg_->pids[static_cast<std::size_t>(wr)])) {
+            extended = true;
+            return now + std::min<std::chrono::nanoseconds>(std::chrono::milliseconds(500), w.timeout);
+          }
+          const std::string words = seg_->note_of(wr);
+          toolkit::time_out(toolkit::timeout_text(
+              h, w.algorithm, "rank " + std::to_string(rank()), w.timeout, doing,
+              "rank " + std::to_string(peer) + blocked_chain(*seg_, group_, wr) +
+                  (words.empty() ? std::string() : " (its last words: " + words + ")")));
+        });
+  }
+
+  /// Where rank r offered its input of phase g: mapped here (its arena), at an address in its
+  /// process (single copy), or neither (both empty: it is in r's slot).
+  struct offered {
+    const std::byte* mapped = nullptr;
+    std::uint64_t address = 0;
+  };
+  offered offered_by(int r, std::uint64_t g) const noexcept {
+    const auto& c = seg_->ctl(group_.world(r));
+    if (const std::uint64_t off = c.source[g % 2].load(std::memory_order_relaxed); off != detail::shm_impl::no_source)
+      return {seg_->arena(group_.world(r)) + off, 0};
+    return {nullptr, c.address[g % 2].load(std::memory_order_relaxed)};
+  }
+
+  /// `bytes` at `address` in rank r's process into `dst`, with process_vm_readv.
+  void read_remote(int r, std::uint64_t address, std::size_t bytes, std::byte* dst) {
+    std::size_t done = 0;
+    while (done < bytes) {
+      iovec local{dst + done, bytes - done}, peer{reinterpret_cast<void*>(address + done), bytes - done};
+      const ssize_t n = ::process_vm_readv(seg_->pids[static_cast<std::size_t>(group_.world(r))], &local, 1, &peer, 1, 0);
+      if (n <= 0) {
+        const int e = n < 0 ? errno : EIO;
+        if (std::string why = seg_->gone(group_.world(r)); !why.empty() || e == ESRCH)
+          throw peer_lost("shm: rank " + std::to_string(r) + " " + (why.empty() ? "exited" : why) + " while rank " +
+                          std::to_string(rank()) + " read its input");
+        throw error(errc::aborted, "shm: process_vm_readv of " + std::to_string(bytes) + " bytes from rank " +
+                                       std::to_string(r) + " failed: " + detail::errno_text(e));
+      }
+      done += static_cast<std::size_t>(n);
+    }
+  }
+
+  std::shared_ptr<detail::shm_impl::segment> seg_;
+  toolkit::group_map group_;
+};
+
+static_assert(transport<shm> && zero_copy_recv<shm> && shared_window<shm> && posted_check<shm> &&
+              window_sources<shm> && failure_notices<shm> && last_words<shm> && shrinkable<shm> &&
+              shared_allocation<shm> && from_environment<shm>);
+
+}  // namespace tutti

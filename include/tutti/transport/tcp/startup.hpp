@@ -1,0 +1,257 @@
+/// \file
+/// Start-up of the tcp transport (`tcp::from_env`): rank 0 serves the rendezvous store
+/// (`store_server`) on `MASTER_ADDR:MASTER_PORT`; every rank listens on an ephemeral port of the
+/// address it advertises, publishes "address port" in the store, connects to every higher rank
+/// and accepts every lower one: a full mesh, `TUTTI_TCP_STREAMS` connections per pair, each
+/// opened with a hello (tcp/wire.hpp) that the acceptor checks and answers. A connection whose
+/// hello is not a rank of this job's is refused, closed and logged (never the token), and the
+/// start-up goes on; a rank of this job that disagrees (world size, streams, a duplicate rank)
+/// fails it.
+#pragma once
+
+#include <poll.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tutti/bootstrap/env.hpp"
+#include "tutti/bootstrap/store.hpp"
+#include "tutti/core/config.hpp"
+#include "tutti/core/error.hpp"
+#include "tutti/transport/tcp/options.hpp"
+#include "tutti/transport/tcp/sockets.hpp"
+#include "tutti/transport/tcp/wire.hpp"
+#include "tutti/transport/toolkit/host.hpp"
+
+namespace tutti::detail::tcp_impl {
+
+/// Accepts the S connections of every lower rank; strangers are ignored, bad hellos refused.
+inline void accept_all(connections& m, asio::ip::tcp::acceptor& acceptor, const job_env& job,
+                       const std::string& token, std::chrono::steady_clock::time_point deadline) {
+  const int S = m.opt.streams, R = job.rank;
+  struct waiting {
+    std::unique_ptr<link> l;
+    std::string in;
+    std::string from;  // the peer's address, for the log
+    std::chrono::steady_clock::time_point accepted;
+  };
+  using store_impl::hello_within;
+  using store_impl::max_silent;
+  int logged = 0;
+  std::vector<waiting> pending;
+  for (int r = 0; r < R; ++r) m.peers[static_cast<std::size_t>(r)].resize(static_cast<std::size_t>(S));
+  int missing = R * S;
+  while (missing > 0) {
+    std::vector<pollfd> fds{{acceptor.native_handle(), POLLIN, 0}};
+    for (auto& p : pending) fds.push_back({p.l->fd(), POLLIN, 0});
+    const auto left = store_impl::left(deadline).count();
+    if (left <= 0) {
+      std::string who;
+      for (int r = 0; r < R; ++r)
+        for (int s = 0; s < S; ++s)
+          if (!m.peers[static_cast<std::size_t>(r)][static_cast<std::size_t>(s)]) {
+            who += (who.empty() ? "" : ", ") + std::to_string(r);
+            break;
+          }
+      throw timeout_error("tcp start-up: rank " + std::to_string(R) + " timed out waiting for rank(s) " + who +
+                          " to connect to " + sockaddr_text(acceptor.local_endpoint()));
+    }
+    ::poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(left, 1000)));
+    if (fds[0].revents & POLLIN) {
+      while (true) {
+        auto l = std::make_unique<link>(m.io);
+        asio::error_code ec;
+        acceptor.accept(l->sock, ec);
+        if (ec) break;
+        l->sock.set_option(asio::ip::tcp::no_delay(true), ec);
+        l->sock.non_blocking(true, ec);
+        const auto peer = l->sock.remote_endpoint(ec);
+        std::string from = ec ? std::string("an unknown address") : sockaddr_text(peer);
+        if (pending.size() >= max_silent) {  // the oldest makes room
+          log_refusal(R, pending.front().from,
+                      "closed for a newer one: " + std::to_string(max_silent) + " connections were waiting to say hello", logged);
+          pending.erase(pending.begin());
+        }
+        pending.push_back({std::move(l), {}, std::move(from), std::chrono::steady_clock::now()});
+      }
+    }
+    for (std::size_t i = 0; i < pending.size();) {
+      auto& p = pending[i];
+      // A peer sends its hello and waits for the answer: never more than `max_hello_bytes`.
+      char buf[1024];
+      asio::error_code ec;
+      const std::size_t k = p.l->sock.read_some(asio::buffer(buf, std::min(sizeof buf, max_hello_bytes + 1 - p.in.size())), ec);
+      p.in.append(buf, k);
+      const bool gone = ec && ec != asio::error::would_block && ec != asio::error::try_again &&
+                        ec != asio::error::interrupted;
+      std::optional<mesh_hello> h;
+      std::string dropped;
+      try {
+        h = parse_mesh_hello(p.in);
+      } catch (const store_impl::malformed& e) {
+        dropped = e.stranger ? e.reason : "malformed hello (" + e.reason + ")";
+      }
+      if (!h && dropped.empty() && gone && !p.in.empty())  // a probe that connects and closes says nothing
+        dropped = "it closed the connection after " + std::to_string(p.in.size()) + " bytes of an incomplete hello";
+      if (!h && dropped.empty() && !gone && std::chrono::steady_clock::now() >= p.accepted + hello_within)
+        dropped = "it sent no complete hello within " + std::to_string(hello_within.count()) + " s";
+      if (!dropped.empty() || (!h && gone)) {
+        if (!dropped.empty()) log_refusal(R, p.from, dropped, logged);
+        pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+        continue;
+      }
+      if (!h) {
+        ++i;
+        continue;
+      }
+      const auto version = h->version;
+      const int from = h->from, world = h->world, stream = h->stream, streams = h->streams;
+      const std::string_view job_id = h->job_id, their_token = h->token;  // into p.in
+      // A stranger (another version, token or job) is refused and the start-up goes on; a rank
+      // of this job that disagrees (world size, streams, a duplicate) fails it.
+      std::string refusal;
+      bool fatal = true;
+      if (version != hello_version) {
+        refusal = "protocol version " + std::to_string(version) + " differs from " + std::to_string(hello_version);
+        fatal = false;
+      } else if (!store_impl::same_token(their_token, token) || job_id != job.job_id) {
+        refusal = "wrong job token or job id: not a rank of this job";
+        fatal = false;
+      } else if (world != job.world_size)
+        refusal = "rank " + std::to_string(from) + " says the world has " + std::to_string(world) + " ranks, rank " +
+                  std::to_string(R) + " says " + std::to_string(job.world_size);
+      else if (streams != S)
+        refusal = "rank " + std::to_string(from) + " uses TUTTI_TCP_STREAMS=" + std::to_string(streams) + ", rank " +
+                  std::to_string(R) + " uses " + std::to_string(S);
+      else if (from < 0 || from >= R || stream < 0 || stream >= S)
+        refusal = "rank " + std::to_string(from) + " (stream " + std::to_string(stream) + ") should not connect to rank " + std::to_string(R);
+      else if (m.peers[static_cast<std::size_t>(from)][static_cast<std::size_t>(stream)])
+        refusal = "two processes connect as rank " + std::to_string(from) + " (stream " + std::to_string(stream) + ")";
+      store_impl::writer a;
+      a.num(hello_magic).num(static_cast<std::uint8_t>(refusal.empty() ? 0 : 1)).str(refusal);
+      try {
+        io_by(*p.l, a.out.data(), a.out.size(), true, deadline, "answering a connection");
+      } catch (const error&) {
+        if (refusal.empty()) throw;
+      }
+      if (!refusal.empty()) {
+        if (fatal) throw config_error("tcp start-up: rank " + std::to_string(R) + " refused a connection: " + refusal);
+        log_refusal(R, p.from, refusal, logged);
+        pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+        continue;
+      }
+      m.peers[static_cast<std::size_t>(from)][static_cast<std::size_t>(stream)] = std::move(p.l);
+      --missing;
+      pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
+}
+
+/// Builds this rank's connections to every other rank of the job (see the file comment).
+inline std::shared_ptr<connections> connect_all(const job_env& job, const config& cfg, const tcp_options& opt,
+                                              const std::string& token) {
+  using clock = std::chrono::steady_clock;
+  auto m = std::make_shared<connections>();
+  m->world_rank = job.rank;
+  m->world_size = job.world_size;
+  m->opt = opt;
+  m->peers.resize(static_cast<std::size_t>(job.world_size));
+  m->oversubscribed = toolkit::oversubscribed(job.local_world_size);
+  if (m->oversubscribed) m->opt.spin = std::chrono::microseconds(0);  // spinning starves the peer
+  if (job.world_size == 1) return m;
+
+  if (job.master_port == 0)
+    throw config_error("tutti::tcp needs MASTER_PORT (and MASTER_ADDR) to find the rendezvous store on rank 0; "
+                       "tuttirun sets both (environment: " + job.source + ")");
+  std::string master = job.master_addr;
+  if (master.empty()) {
+    if (job.local_world_size != job.world_size)
+      throw config_error("tutti::tcp: MASTER_ADDR is not set, and not every rank runs on this host (" +
+                         std::to_string(job.local_world_size) + " of " + std::to_string(job.world_size) + ")");
+    master = "127.0.0.1";
+  }
+  if (token.empty())
+    tutti::detail::log(log_level::info, cfg, job.rank,
+                "tcp: no TUTTI_JOB_TOKEN: the store and the connections accept any process that finds them "
+                "(tuttirun sets a token)");
+  const auto deadline = clock::now() + cfg.timeout;
+  if (job.rank == 0) m->server = std::make_unique<store_server>(master, job.master_port, job.world_size, token);
+  store kv(master, job.master_port, job.rank, job.world_size, token, cfg.timeout);
+
+  // The address peers reach this rank by.
+  const sockaddr_storage local = kv.local_address();
+  asio::ip::address addr;
+  if (!opt.ifname.empty()) addr = interface_address(opt.ifname, local.ss_family);
+  else addr = asio::ip::make_address(store_impl::addr_host(local));
+  asio::ip::tcp::acceptor acceptor(m->io);
+  const asio::ip::tcp::endpoint want(addr, 0);
+  try {
+    acceptor.open(want.protocol());
+    set_buffers(acceptor, m->opt);
+    acceptor.bind(want);
+    acceptor.listen(4096);
+    acceptor.non_blocking(true);
+  } catch (const std::system_error& e) {
+    throw config_error("tcp start-up: rank " + std::to_string(job.rank) + " cannot listen on " +
+                       sockaddr_text(want) + ": " + e.what() +
+                       (opt.ifname.empty() ? "" : " (TUTTI_SOCKET_IFNAME=" + opt.ifname + ")"));
+  }
+  const auto me = acceptor.local_endpoint();
+  tutti::detail::log(log_level::info, cfg, job.rank,
+              "tcp: listening on " + sockaddr_text(me) + ", " + std::to_string(opt.streams) +
+                  " stream(s) per peer, store at " + kv.where());
+  kv.set("tutti/addr/" + std::to_string(job.rank), me.address().to_string() + " " + std::to_string(me.port()));
+
+  const int S = opt.streams, R = job.rank, P = job.world_size;
+  auto left = [&] { return std::max(store_impl::left(deadline), std::chrono::milliseconds(1)); };
+  // 1. Connect to every higher rank; the hello goes out at once, the answer is read in step 3.
+  for (int j = R + 1; j < P; ++j) {
+    const std::string where = kv.get("tutti/addr/" + std::to_string(j), left());
+    const auto space = where.find(' ');
+    asio::ip::tcp::endpoint ep;
+    try {
+      ep = asio::ip::tcp::endpoint(asio::ip::make_address(where.substr(0, space)),
+                                   static_cast<unsigned short>(std::stoi(where.substr(space + 1))));
+    } catch (const std::exception&) {
+      throw config_error("tcp start-up: rank " + std::to_string(j) + " published a malformed address '" + where + "'");
+    }
+    for (int s = 0; s < S; ++s) {
+      auto l = std::make_unique<link>(m->io);
+      connect(*l, ep, m->opt, deadline, R, j);
+      std::string hello = hello_text(R, P, s, S, job.job_id, token);
+      io_by(*l, hello.data(), hello.size(), true, deadline,
+            "sending the hello to rank " + std::to_string(j) + " at " + sockaddr_text(ep));
+      m->peers[static_cast<std::size_t>(j)].push_back(std::move(l));
+    }
+  }
+  // 2. Accept every lower rank's connections.
+  accept_all(*m, acceptor, job, token, deadline);
+  acceptor.close();
+  // 3. Every higher rank's answer.
+  for (int j = R + 1; j < P; ++j)
+    for (auto& l : m->peers[static_cast<std::size_t>(j)]) {
+      char head[store_impl::answer_head_bytes];
+      const std::string what = "waiting for rank " + std::to_string(j) + " to accept rank " + std::to_string(R);
+      io_by(*l, head, sizeof head, false, deadline, what);
+      store_impl::answer_head a;
+      try {
+        a = store_impl::parse_answer_head(std::string_view(head, sizeof head), hello_magic);
+      } catch (const store_impl::malformed& e) {
+        throw config_error("tcp start-up: rank " + std::to_string(j) + " answered rank " + std::to_string(R) +
+                           " with something that is not tutti's (" + e.reason + ")");
+      }
+      std::string msg(a.text_bytes, '\0');
+      io_by(*l, msg.data(), msg.size(), false, deadline, what);
+      if (a.status != 0)
+        throw config_error("tcp start-up: rank " + std::to_string(j) + " refused rank " + std::to_string(R) + ": " + msg);
+    }
+  return m;
+}
+
+}  // namespace tutti::detail::tcp_impl

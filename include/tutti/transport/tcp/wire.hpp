@@ -1,0 +1,125 @@
+/// \file
+/// The tcp transport's wire, without Asio: the constants, the mesh hello a rank opens each
+/// connection with, and the 64-byte frame in front of every payload and notice
+/// (`toolkit::wire::frame`). The parsers are pure functions of the bytes received, called by the
+/// transport and by the fuzz target tests/fuzz/tcp_frame.cpp alike (which includes this header
+/// alone). A malformed input raises `store_impl::malformed` (`stranger` for a wrong magic); none
+/// of them allocates for a length it read before checking it against its cap.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "tutti/bootstrap/store.hpp"
+#include "tutti/core/collective.hpp"
+#include "tutti/core/fingerprint.hpp"
+#include "tutti/transport/toolkit/errors.hpp"
+#include "tutti/transport/toolkit/wire.hpp"
+
+namespace tutti::detail::tcp_impl {
+
+inline constexpr std::uint64_t hello_magic = 0x6f6c6c6569747475ull;  // "uttiello"
+/// 2: the 64-byte frame carries a 32-bit magic and the fingerprint's fixed 52-byte encoding.
+inline constexpr std::uint32_t hello_version = 2;
+/// A receive still without its header after this long tells the peer what it waits for.
+inline constexpr std::chrono::milliseconds waiting_notice_after{20};
+inline constexpr std::size_t piece_bytes = std::size_t{256} << 10;  // recv_with hands pieces of this size
+
+/// A rank's hello on a new mesh connection: magic u64, version u32, from, world, stream,
+/// streams (i32 each), then the job id and the token (u32 length + bytes each).
+struct mesh_hello {
+  std::uint32_t version = 0;
+  std::int32_t from = 0, world = 0, stream = 0, streams = 0;
+  std::string_view job_id, token;  // point into the parsed bytes
+  std::size_t size = 0;            // bytes it took
+};
+inline constexpr std::size_t max_job_id = 256;  // TUTTI_JOB_ID; tuttirun's are far shorter
+inline constexpr std::size_t hello_fixed = 8 + 4 + 4 * 4;
+/// The longest hello: the acceptor never buffers more than this (plus one read) per connection.
+inline constexpr std::size_t max_hello_bytes = hello_fixed + 4 + max_job_id + 4 + store_impl::max_token;
+
+inline std::string hello_text(int from, int world, int stream, int streams, const std::string& job, const std::string& token) {
+  store_impl::writer w;
+  w.num(hello_magic).num(hello_version).num(static_cast<std::int32_t>(from)).num(static_cast<std::int32_t>(world));
+  w.num(static_cast<std::int32_t>(stream)).num(static_cast<std::int32_t>(streams)).str(job).str(token);
+  return w.out;
+}
+
+/// Parses the hello at the front of `in`: empty while incomplete; `malformed` for another magic,
+/// or a job id or token longer than its cap (as soon as its length has arrived).
+inline std::optional<mesh_hello> parse_mesh_hello(std::string_view in) {
+  using store_impl::malformed;
+  if (in.size() < 8) return std::nullopt;
+  store_impl::reader r{in};
+  if (r.num<std::uint64_t>() != hello_magic) throw malformed("not a tutti connection (wrong magic)", true);
+  if (in.size() < hello_fixed) return std::nullopt;
+  mesh_hello h;
+  h.version = r.num<std::uint32_t>();
+  h.from = r.num<std::int32_t>();
+  h.world = r.num<std::int32_t>();
+  h.stream = r.num<std::int32_t>();
+  h.streams = r.num<std::int32_t>();
+  // A length-prefixed field: false while incomplete.
+  auto field = [&](std::string_view& out, std::size_t cap, const char* what) {
+    if (r.in.size() < 4) return false;
+    const auto n = store_impl::reader{r.in}.num<std::uint32_t>();
+    if (n > cap) throw malformed(std::string(what) + " of " + std::to_string(n) + " bytes");
+    if (r.in.size() < 4 + std::size_t{n}) return false;
+    out = r.str(cap);
+    return true;
+  };
+  if (!field(h.job_id, max_job_id, "job id") || !field(h.token, store_impl::max_token, "token")) return std::nullopt;
+  h.size = in.size() - r.in.size();
+  return h;
+}
+
+/// What a 64-byte frame says: a message (its header), or a notice (failure, stall, waiting, note)
+/// and the length of the text that follows it, cut to `toolkit::max_notice_text`. A message's
+/// byte count is never allocated for: the receiver reads into the buffer of the size it
+/// expects, and any other count is a `mismatch_error` before a payload byte moves.
+struct frame_head {
+  toolkit::wire::kind kind = toolkit::wire::kind::message;
+  header h;
+  std::size_t text_bytes = 0;
+};
+
+/// Parses a frame; `malformed` for another magic, or a message of a collective that does not
+/// exist (error messages name the collective, so it must be one).
+inline frame_head parse_frame_head(const toolkit::wire::frame& f) {
+  using store_impl::malformed;
+  using toolkit::wire::kind;
+  frame_head out;
+  for (kind k : {kind::failure, kind::stall, kind::note, kind::waiting})
+    if (f.is(k)) {
+      out.kind = k;
+      out.h = f.head();
+      out.text_bytes = k == kind::waiting ? 0 : static_cast<std::size_t>(std::min<std::uint64_t>(f.bytes, toolkit::max_notice_text));
+      return out;
+    }
+  if (!f.is(kind::message))
+    throw malformed("not a tutti message: the stream is corrupt or another program wrote to it", true);
+  out.h = f.head();
+  if (!is_collective(static_cast<std::uint8_t>(out.h.fp.coll)))
+    throw malformed("unknown collective " + std::to_string(static_cast<unsigned>(out.h.fp.coll)));
+  return out;
+}
+
+/// One line on stderr for a connection the acceptor drops: the peer's address and why, never
+/// the token. At most `max_logged` per start-up.
+inline void log_refusal(int rank, const std::string& from, const std::string& why, int& logged) {
+  static constexpr int max_logged = 100;
+  if (logged > max_logged) return;
+  if (logged++ == max_logged)
+    std::fprintf(stderr, "[tutti rank %d] tcp start-up: more refused connections; no longer logged\n", rank);
+  else
+    std::fprintf(stderr, "[tutti rank %d] tcp start-up: refused a connection from %s: %s\n", rank, from.c_str(),
+                 why.c_str());
+}
+
+}  // namespace tutti::detail::tcp_impl

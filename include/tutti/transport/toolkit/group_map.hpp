@@ -1,0 +1,69 @@
+/// \file
+/// `toolkit::group_map`: which ranks of the transport's world a group holds, this rank's place
+/// in it, and the group's context. A transport keeps one and makes its sub-groups with `sub`;
+/// the communicator's `new_group` and `split` pass the members in the new rank order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tutti::toolkit {
+
+class group_map {
+ public:
+  group_map() = default;
+  /// The whole world of `world_size` ranks, this being `world_rank`, context 0.
+  group_map(int world_size, int world_rank) : rank_(world_rank) {
+    members_.resize(static_cast<std::size_t>(world_size));
+    for (int i = 0; i < world_size; ++i) members_[static_cast<std::size_t>(i)] = i;
+  }
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return static_cast<int>(members_.size()); }
+  std::uint64_t context() const noexcept { return context_; }
+  /// The world rank of group rank `r`.
+  int world(int r) const noexcept { return members_[static_cast<std::size_t>(r)]; }
+  int world_rank() const noexcept { return world(rank_); }
+  /// The group rank of world rank `w`, or -1 when it is not a member.
+  int local(int w) const noexcept {
+    for (std::size_t i = 0; i < members_.size(); ++i)
+      if (members_[i] == w) return static_cast<int>(i);
+    return -1;
+  }
+  const std::vector<int>& members() const noexcept { return members_; }
+
+  /// The map of a sub-group: `picked` are ranks of this group, in the new rank order. This rank's
+  /// place in it is -1 when it is not picked (the communicator makes sub-groups of members only).
+  group_map sub(std::span<const int> picked, std::uint64_t context) const {
+    group_map g;
+    g.context_ = context;
+    g.rank_ = -1;
+    for (int m : picked) {
+      if (m == rank_) g.rank_ = static_cast<int>(g.members_.size());
+      g.members_.push_back(world(m));
+    }
+    return g;
+  }
+
+  /// "rank 2", and in a sub-group "rank 2 (world rank 5)".
+  std::string name(int r) const {
+    std::string s = "rank " + std::to_string(r);
+    if (context_ != 0) s += " (world rank " + std::to_string(world(r)) + ")";
+    return s;
+  }
+  /// World rank `w` as this group names it: "rank i" if a member, else "world rank w".
+  std::string world_name(int w) const {
+    const int l = local(w);
+    return l >= 0 ? "rank " + std::to_string(l) : "world rank " + std::to_string(w);
+  }
+
+ private:
+  std::vector<int> members_;
+  int rank_ = 0;
+  std::uint64_t context_ = 0;
+};
+
+}  // namespace tutti::toolkit

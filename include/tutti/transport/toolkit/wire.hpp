@@ -1,0 +1,105 @@
+/// \file
+/// The one wire encoding of a message header, shared by every transport: a 64-byte frame of a
+/// 32-bit magic (which kind of frame), the fingerprint (52 bytes, fixed layout, no padding, so no
+/// uninitialised byte ever travels) and the payload's byte count. tcp writes the frame in front
+/// of every payload, shm in its byte rings, mpi as the header message; the fingerprint's words
+/// (`fingerprint_words`) are what shm publishes in its control blocks and mpi agrees on.
+///
+/// Ranks of one job run the same build on the same architecture: fields are in the host's byte
+/// order, as the payloads are.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "tutti/core/fingerprint.hpp"
+
+namespace tutti::toolkit::wire {
+
+/// Bytes of an encoded fingerprint and of a whole frame.
+inline constexpr std::size_t fingerprint_bytes = 52;
+inline constexpr std::size_t frame_bytes = 64;
+
+/// Frame kinds (the magic): a message header, and the notices transports send between messages.
+enum class kind : std::uint32_t {
+  message = 0x6d697474u,  ///< "ttim": a header; its payload follows
+  failure = 0x66697474u,  ///< "ttif": the sender failed; `bytes` of reason text follow
+  stall = 0x73697474u,    ///< "ttis": the sender timed out; `bytes` of its message follow, then its failure
+  waiting = 0x77697474u,  ///< "ttiw": the sender waits to receive in the call of this fingerprint
+  note = 0x6e697474u,     ///< "ttin": the sender's last words (a usage error); `bytes` of text follow
+};
+
+/// Writes `f` as 52 bytes at `out`.
+inline void encode(const fingerprint& f, std::byte* out) noexcept {
+  std::byte* p = out;
+  auto put = [&p](const auto& v) {
+    std::memcpy(p, &v, sizeof v);
+    p += sizeof v;
+  };
+  put(f.context);
+  put(f.seq);
+  put(f.count);
+  put(f.shape);
+  put(f.dtype);
+  put(f.op);
+  put(f.root);
+  put(f.algo);
+  put(f.coll);
+  put(f.elem_size);
+  put(f.reserved);
+}
+
+/// Reads what `encode` wrote. A collective id off the wire may be out of range: check it with
+/// `is_collective` before naming it.
+inline fingerprint decode(const std::byte* in) noexcept {
+  fingerprint f;
+  const std::byte* p = in;
+  auto get = [&p](auto& v) {
+    std::memcpy(&v, p, sizeof v);
+    p += sizeof v;
+  };
+  get(f.context);
+  get(f.seq);
+  get(f.count);
+  get(f.shape);
+  get(f.dtype);
+  get(f.op);
+  get(f.root);
+  get(f.algo);
+  get(f.coll);
+  get(f.elem_size);
+  get(f.reserved);
+  return f;
+}
+
+/// A frame as it travels: `magic`, then the fingerprint, then the byte count (64 bytes).
+struct frame {
+  std::uint32_t magic = 0;
+  std::array<std::byte, fingerprint_bytes> fp{};
+  std::uint64_t bytes = 0;
+
+  static frame of(kind k, const header& h) noexcept {
+    frame f;
+    f.magic = static_cast<std::uint32_t>(k);
+    encode(h.fp, f.fp.data());
+    f.bytes = h.bytes;
+    return f;
+  }
+  header head() const noexcept { return {decode(fp.data()), bytes}; }
+  bool is(kind k) const noexcept { return magic == static_cast<std::uint32_t>(k); }
+};
+static_assert(sizeof(frame) == frame_bytes && alignof(frame) == 8);
+
+/// The fingerprint as whole 64-bit words (the last one zero-padded): for words that are stored
+/// and loaded one atomic at a time (shm's control blocks) or reduced (mpi's agreement).
+inline constexpr std::size_t fingerprint_words = (fingerprint_bytes + 7) / 8;
+inline std::array<std::uint64_t, fingerprint_words> to_words(const fingerprint& f) noexcept {
+  std::array<std::uint64_t, fingerprint_words> w{};
+  encode(f, reinterpret_cast<std::byte*>(w.data()));
+  return w;
+}
+inline fingerprint from_words(const std::uint64_t* w) noexcept { return decode(reinterpret_cast<const std::byte*>(w)); }
+
+}  // namespace tutti::toolkit::wire
