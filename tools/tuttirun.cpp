@@ -59,8 +59,10 @@ through a store served by rank 0 on --master-addr:--master-port:
   node 0: tuttirun --nnodes=2 --node-rank=0 --nproc-per-node=2 \
             --master-addr=10.0.0.1 --master-port=29500 prog
   node 1: tuttirun --nnodes=2 --node-rank=1 --nproc-per-node=2 \
-            --master-addr=10.0.0.1 --master-port=29500 prog Options take their value as --opt=V or --opt V;
-underscores may replace dashes in option names (--nproc_per_node=4).
+            --master-addr=10.0.0.1 --master-port=29500 prog
+
+Options take their value as --opt=V or --opt V; underscores may replace dashes
+in option names (--nproc_per_node=4).
 
 Options:
   --nproc-per-node=N  ranks to start on this node (1-4096; default 1)
@@ -102,7 +104,8 @@ is its own process group; its stdin is /dev/null if tuttirun's is a terminal.
 Signals: SIGINT, SIGTERM and SIGHUP are forwarded to every running rank's
 process group (SIGKILL follows after the grace period); a second SIGINT sends
 SIGKILL at once. SIGUSR1 is forwarded and nothing else: each rank with a tutti
-communicator prints its flight recorder (its last operations) and carries on. Ranks are SIGKILLed if tuttirun dies.
+communicator prints its flight recorder (its last operations) and carries on.
+If tuttirun dies, its ranks are SIGKILLed.
 
 When a rank fails (non-zero exit or killed by a signal), tuttirun names it on
 stderr, sends SIGTERM (and SIGCONT) to the other ranks, SIGKILL to those left
