@@ -41,6 +41,8 @@ constexpr int exit_usage = 2;
 constexpr std::size_t max_line = 1 << 20;
 // How long to wait for output still held by a rank's descendants once every rank has exited.
 constexpr auto drain_after_exit = std::chrono::seconds(1);
+// The exit summary quotes at most this much of a rank's last stderr line.
+constexpr std::size_t max_quoted_line = 400;
 
 struct usage_error : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -71,8 +73,14 @@ Options:
   --master-addr=A     address of node 0 (default 127.0.0.1)
   --master-port=P     port on node 0 (1-65535). Default with one node: a free
                       port picked by binding to port 0 on A; required if M > 1
-  --grace=SECONDS     after the first failure or a forwarded signal, how long
-                      the ranks get to exit after SIGTERM before SIGKILL
+  --failure-grace=SECONDS
+                      when the first rank fails, how long the others get to
+                      exit on their own, and say why, before tuttirun sends
+                      SIGTERM (0-86400, fractions allowed; default 3; 0: at
+                      once). A tutti rank whose peer fails raises peer_lost
+                      within milliseconds, prints it and exits.
+  --grace=SECONDS     how long the ranks get to exit after SIGTERM (sent once
+                      the failure grace is over, or forwarded) before SIGKILL
                       (0-86400, fractions allowed; default 3)
   --no-prefix         do not prefix output lines with "[rank R] "
   --keep-going        when a rank fails, name it but let the others run on (for
@@ -108,8 +116,11 @@ communicator prints its flight recorder (its last operations) and carries on.
 If tuttirun dies, its ranks are SIGKILLed.
 
 When a rank fails (non-zero exit or killed by a signal), tuttirun names it on
-stderr, sends SIGTERM (and SIGCONT) to the other ranks, SIGKILL to those left
-after the grace period, and keeps forwarding their output until they are gone.
+stderr and lets the other ranks run for the failure grace, so that each can
+exit on its own and say why. Then it sends SIGTERM (and SIGCONT) to those still
+running, SIGKILL to those left after the grace period, and keeps forwarding
+their output until they are gone. At exit it lists every rank that failed, the
+first one first, with its exit status and the last line it wrote to stderr.
 A rank stopped by a signal (SIGSTOP, SIGTSTP, ...) is named when it stops; if
 the job fails while it is stopped, it is killed at once (SIGKILL), and said so.
 A rank killed after the first failure by a signal tuttirun did not send is
@@ -180,6 +191,17 @@ std::string describe_exit(int wstatus) {
          (WCOREDUMP(wstatus) ? " (core dumped)" : "");
 }
 
+steady_clock::duration to_duration(double seconds) {
+  return std::chrono::duration_cast<steady_clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+// 3 -> "3", 0.25 -> "0.25": the shortest text that reads back as `seconds`.
+std::string seconds_text(double seconds) {
+  char buf[32];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, seconds);
+  return ec == std::errc() ? std::string(buf, end) : std::to_string(seconds);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Command line
 
@@ -189,7 +211,8 @@ struct options {
   long long node_rank = 0;
   std::string master_addr = "127.0.0.1";
   std::optional<int> master_port;
-  double grace_s = 3.0;
+  double failure_grace_s = 3.0;  // first failure -> SIGTERM
+  double grace_s = 3.0;          // SIGTERM -> SIGKILL
   bool prefix = true;
   bool keep_going = false;
   std::vector<char*> program;  // argv of the ranks, null-terminated
@@ -238,6 +261,7 @@ void apply_flag(options& o, std::string_view arg, Next&& next) {
   else if (name == "--node-rank") o.node_rank = parse_int(name, value(), 0, 65535);
   else if (name == "--master-port") o.master_port = static_cast<int>(parse_int(name, value(), 1, 65535));
   else if (name == "--grace") o.grace_s = parse_seconds(name, value());
+  else if (name == "--failure-grace") o.failure_grace_s = parse_seconds(name, value());
   else if (name == "--master-addr") {
     o.master_addr = std::string(value());
     if (o.master_addr.empty()) throw usage_error("--master-addr: empty address");
@@ -439,13 +463,16 @@ struct output_stream {
   int fd = -1;
   int dest = -1;
   std::string pending;
+  bool keeps_last_line = false;  // stderr: its last line is quoted in the exit summary
+  std::string last_line;         // the last line that was not blank, without its newline
 };
 
 struct rank_process {
   long long rank = 0;
   pid_t pid = -1;
   bool running = false;
-  int stopped_by = 0;  // the signal that stopped it while it is stopped, else 0
+  int stopped_by = 0;               // the signal that stopped it while it is stopped, else 0
+  std::optional<int> exit_wstatus;  // once it has exited
   output_stream out, err;
 };
 
@@ -461,7 +488,10 @@ class launcher {
   int run() {
     start_all();
     while (!finished()) step();
-    if (failure_) return *failure_;
+    if (failure_) {
+      print_summary();
+      return *failure_;
+    }
     return interrupted_ ? 128 + interrupted_ : 0;
   }
 
@@ -477,7 +507,8 @@ class launcher {
         start(r, i, devnull);
       } catch (const launcher_error& e) {
         say("cannot start rank " + std::to_string(r.rank) + ": " + e.what());
-        fail(exit_launcher_error);
+        // The ranks started so far would wait for this one until their deadline: no failure grace.
+        fail(exit_launcher_error, /*wait_first=*/false);
         break;
       }
     }
@@ -512,8 +543,8 @@ class launcher {
     ::setpgid(pid, pid);  // also here, so that signals reach the group before the child runs
     r.pid = pid;
     r.running = true;
-    r.out = {out.read, STDOUT_FILENO, {}};
-    r.err = {err.read, STDERR_FILENO, {}};
+    r.out = {out.read, STDOUT_FILENO, {}, false, {}};
+    r.err = {err.read, STDERR_FILENO, {}, true, {}};
   }
 
   bool finished() const {
@@ -543,7 +574,8 @@ class launcher {
 
   int poll_timeout_ms() const {
     std::optional<steady_clock::time_point> next = kill_at_;
-    if (drain_until_ && (!next || *drain_until_ < *next)) next = drain_until_;
+    for (const auto& t : {term_at_, drain_until_})
+      if (t && (!next || *t < *next)) next = t;
     if (!next) return -1;
     auto ms = std::chrono::ceil<std::chrono::milliseconds>(*next - steady_clock::now()).count();
     return static_cast<int>(std::clamp<long long>(ms, 0, 60'000));
@@ -571,6 +603,7 @@ class launcher {
   void emit_lines(const rank_process& r, output_stream& s, bool eof) {
     std::string out, prefix = o_.prefix ? "[rank " + std::to_string(r.rank) + "] " : "";
     std::size_t begin = 0;
+    std::string_view last;  // the last line of this batch that is not blank
     while (begin < s.pending.size()) {
       std::size_t nl = s.pending.find('\n', begin);
       std::size_t end = nl == std::string::npos ? s.pending.size() : nl + 1;
@@ -579,7 +612,14 @@ class launcher {
       out += prefix;
       out.append(s.pending, begin, end - begin);
       if (!complete && (o_.prefix || !eof)) out += '\n';
+      std::string_view line(s.pending.data() + begin, end - begin);
+      if (line.find_first_not_of(" \t\r\n") != std::string_view::npos) last = line;
       begin = end;
+    }
+    if (s.keeps_last_line && !last.empty()) {
+      while (last.ends_with('\n') || last.ends_with('\r')) last.remove_suffix(1);
+      s.last_line.assign(last.substr(0, max_quoted_line));
+      if (last.size() > max_quoted_line) s.last_line += "...";
     }
     s.pending.erase(0, begin);
     if (!write_all(s.dest, out) && errno == EPIPE) close_destination(s.dest);
@@ -621,6 +661,7 @@ class launcher {
     }
     say(std::string("received ") + signal_name(sig) + ", forwarding it to the ranks");
     if (!failure_ && !interrupted_) interrupted_ = sig;
+    term_at_.reset();  // the forwarded signal stops them instead of the SIGTERM after the failure grace
     signal_ranks(sig);
     signal_ranks(SIGCONT);
     arm_kill_timer();
@@ -647,9 +688,12 @@ class launcher {
       if (!(WIFEXITED(wstatus) || WIFSIGNALED(wstatus))) continue;
       r->running = false;
       r->stopped_by = 0;
+      r->exit_wstatus = wstatus;
       if (exit_code_of(wstatus) == 0) continue;
+      failed_.push_back(static_cast<std::size_t>(r - ranks_.begin()));
       if (!failure_ && !interrupted_) {
         say(who + describe_exit(wstatus));
+        first_failed_ = failed_.back();
         fail(exit_code_of(wstatus));
       } else if ((o_.keep_going && !interrupted_) || (WIFSIGNALED(wstatus) && !sent_[WTERMSIG(wstatus)])) {
         // With --keep-going every failure is news; otherwise one by a signal tuttirun did not
@@ -671,7 +715,10 @@ class launcher {
     if (!any_running && !drain_until_) drain_until_ = steady_clock::now() + drain_after_exit;
   }
 
-  void fail(int exit_code) {
+  // The first failure. Unless `wait_first` is false or --failure-grace=0, the other ranks get the
+  // failure grace before SIGTERM: tutti ranks whose peer failed raise peer_lost within
+  // milliseconds, and each should get to print why before it is stopped.
+  void fail(int exit_code, bool wait_first = true) {
     failure_ = exit_code;
     if (std::none_of(ranks_.begin(), ranks_.end(), [](const rank_process& r) { return r.running; })) return;
     // A rank stopped by a signal (SIGSTOP, SIGTSTP, ...) was not stopped by tuttirun: continued,
@@ -682,10 +729,40 @@ class launcher {
       say("--keep-going: the other ranks run on");
       return;
     }
-    say("stopping the other ranks");
+    if (wait_first && o_.failure_grace_s > 0) {
+      say("waiting up to " + seconds_text(o_.failure_grace_s) +
+          " s for the other ranks to exit on their own (--failure-grace)");
+      term_at_ = steady_clock::now() + to_duration(o_.failure_grace_s);
+      return;
+    }
+    stop_others("stopping the other ranks");
+  }
+
+  void stop_others(std::string_view why) {
+    say(why);
     signal_ranks(SIGTERM);
     signal_ranks(SIGCONT);  // a rank that stops after this acts on SIGTERM only once continued
     arm_kill_timer();
+  }
+
+  // Every rank that failed, the first one first, with its exit status and last line on stderr.
+  void print_summary() const {
+    if (failed_.empty()) return;
+    std::string text = "tuttirun: " + std::to_string(failed_.size()) + " of " + std::to_string(ranks_.size()) +
+                       (ranks_.size() == 1 ? " rank" : " ranks") + (o_.nnodes > 1 ? " on this node" : "") +
+                       " failed" +
+                       (first_failed_ ? ", rank " + std::to_string(ranks_[*first_failed_].rank) + " first" : "") +
+                       " (exit status " + std::to_string(*failure_) + "):\n";
+    for (std::size_t i : failed_) {
+      const rank_process& r = ranks_[i];
+      const int wstatus = *r.exit_wstatus;
+      text += "tuttirun:   rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) + ") " +
+              describe_exit(wstatus);
+      if (WIFSIGNALED(wstatus) && sent_[WTERMSIG(wstatus)] && i != first_failed_) text += ", sent by tuttirun";
+      text += r.err.last_line.empty() ? "; nothing on stderr" : "; last line on stderr: " + r.err.last_line;
+      text += '\n';
+    }
+    write_all(STDERR_FILENO, text);
   }
 
   void kill_stopped(rank_process& r) {
@@ -696,11 +773,16 @@ class launcher {
 
   void arm_kill_timer() {
     if (kill_at_ || killed_) return;
-    kill_at_ = steady_clock::now() +
-               std::chrono::duration_cast<steady_clock::duration>(std::chrono::duration<double>(o_.grace_s));
+    kill_at_ = steady_clock::now() + to_duration(o_.grace_s);
   }
 
   void on_deadlines() {
+    if (term_at_ && steady_clock::now() >= *term_at_) {
+      term_at_.reset();
+      if (std::any_of(ranks_.begin(), ranks_.end(), [](const rank_process& r) { return r.running; })) {
+        stop_others("failure grace over: stopping the other ranks");
+      }
+    }
     if (kill_at_ && steady_clock::now() >= *kill_at_) {
       kill_at_.reset();
       killed_ = true;
@@ -729,7 +811,11 @@ class launcher {
   int sigints_ = 0;
   bool killed_ = false;
   bool sent_[65] = {};  // signals tuttirun has sent to the ranks
-  std::optional<steady_clock::time_point> kill_at_, drain_until_;
+  std::vector<std::size_t> failed_;          // indices into ranks_ of the ranks that failed, in order
+  std::optional<std::size_t> first_failed_;  // the one whose failure decided failure_, if a rank's did
+  // SIGTERM to the ranks after the first failure (--failure-grace), SIGKILL after SIGTERM (--grace),
+  // the end of the wait for output once every rank has exited.
+  std::optional<steady_clock::time_point> term_at_, kill_at_, drain_until_;
 };
 
 // Routes the signals tuttirun handles to a signalfd, so that the poll loop sees them. Returns the
