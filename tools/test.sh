@@ -4,7 +4,8 @@
 #   2. the whole suite again under AddressSanitizer + UndefinedBehaviorSanitizer;
 #   3. the multi-rank thread tests under ThreadSanitizer;
 #   4. the wire parsers under libFuzzer, 25 s per target (tests/fuzz; skipped without clang's libFuzzer);
-#   5. a consumer project against the installed package (find_package) and via add_subdirectory.
+#   5. consumer projects: find_package with components against the installed package and the build
+#      tree, add_subdirectory, and pkg-config.
 # Usage: tools/test.sh [--quick]   (--quick: step 1 only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,17 +43,53 @@ TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 step "fuzz the wire parsers (libFuzzer + ASan/UBSan, 25 s per target)"
 tests/fuzz/run.sh build 25
 
-step "consumer project: find_package and add_subdirectory"
+step "consumer projects: find_package (install, build tree), add_subdirectory, pkg-config"
 rm -rf build-pkg && mkdir -p build-pkg
-cmake --install build --prefix "$root/build-pkg/prefix" >/dev/null
-cmake -S tests/package -B build-pkg/find -G Ninja -DCMAKE_PREFIX_PATH="$root/build-pkg/prefix" >/dev/null
+prefix=$root/build-pkg/prefix
+cmake --install build --prefix "$prefix" >/dev/null
+consumers=0
+consumer() { "$@"; consumers=$((consumers + 1)); }
+# The mpi component is required where tutti's build found an MPI (it then installs tutti-mpi.pc).
+pcdir=$(dirname "$(find "$prefix" -name tutti.pc)")
+want_mpi=OFF
+[[ -e $pcdir/tutti-mpi.pc ]] && want_mpi=ON
+# 1. find_package(tutti CONFIG REQUIRED COMPONENTS tcp [mpi]) against the install.
+cmake -S tests/package -B build-pkg/find -G Ninja -DCMAKE_PREFIX_PATH="$prefix" -DTUTTI_WANT_MPI=$want_mpi >/dev/null
 cmake --build build-pkg/find
-./build-pkg/find/consumer
-./build-pkg/find/consumer_tcp
+consumer ./build-pkg/find/consumer
+consumer ./build-pkg/find/consumer_tcp
+if [[ $want_mpi == ON ]] && command -v mpiexec >/dev/null; then
+  mpi_flags=()
+  mpiexec --version 2>/dev/null | grep -q 'Open MPI\|OpenRTE' &&
+    mpi_flags=(--allow-run-as-root --oversubscribe --mca btl self,vader --mca btl_vader_single_copy_mechanism none)
+  consumer mpiexec -n 2 "${mpi_flags[@]}" ./build-pkg/find/consumer_mpi
+fi
+#    A required component that cannot be had fails the configure, naming it and why.
+if cmake -S tests/package -B build-pkg/missing -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
+     -DTUTTI_EXTRA_COMPONENT=nosuch >build-pkg/missing.log 2>&1; then
+  echo "consumer: find_package(tutti COMPONENTS nosuch) succeeded" >&2
+  exit 1
+fi
+consumer grep -q 'nosuch: no such component' build-pkg/missing.log
+# 2. The build tree's export: find_package(tutti CONFIG PATHS build), nothing installed.
+cmake -S tests/package -B build-pkg/tree -G Ninja -DTUTTI_BUILD_TREE="$root/build" >/dev/null
+cmake --build build-pkg/tree --target consumer
+consumer ./build-pkg/tree/consumer
+# 3. add_subdirectory of the source tree.
 cmake -S tests/package/subdir -B build-pkg/subdir -G Ninja -DTUTTI_SOURCE_DIR="$root" >/dev/null
 cmake --build build-pkg/subdir
-./build-pkg/subdir/consumer
-./build-pkg/subdir/consumer_tcp
-echo "consumer project: 4 passed, 0 failed"
+consumer ./build-pkg/subdir/consumer
+consumer ./build-pkg/subdir/consumer_tcp
+# 4. pkg-config, no CMake: tutti.pc and tutti-tcp.pc (and tutti-mpi.pc: compiled and linked).
+export PKG_CONFIG_PATH=$pcdir
+c++ -std=c++20 tests/package/main.cpp $(pkg-config --cflags --libs tutti) -o build-pkg/pc_consumer
+consumer ./build-pkg/pc_consumer
+c++ -std=c++20 tests/package/main_tcp.cpp $(pkg-config --cflags --libs tutti-tcp) -o build-pkg/pc_consumer_tcp
+consumer ./build-pkg/pc_consumer_tcp
+if [[ $want_mpi == ON ]]; then
+  consumer c++ -std=c++20 tests/package/main_mpi.cpp $(pkg-config --cflags --libs tutti-mpi) -o build-pkg/pc_consumer_mpi
+fi
+unset PKG_CONFIG_PATH
+echo "consumer projects: $consumers passed, 0 failed"
 
 step "all tests passed"

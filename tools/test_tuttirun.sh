@@ -134,11 +134,78 @@ case_lines_not_interleaved() {
 }
 
 case_failing_rank() {
-  run --nproc-per-node=3 sh -c 'if [ $RANK = 1 ]; then exit 3; fi; sleep 30'
+  # --failure-grace=0: the others get SIGTERM at once.
+  run --nproc-per-node=3 --failure-grace=0 sh -c 'if [ $RANK = 1 ]; then exit 3; fi; sleep 30'
   expect_rc 3
   expect_within 6
   expect_match "$err" '^tuttirun: rank 1 \(pid [0-9]+\) exited with status 3$'
   expect_line "$err" "tuttirun: stopping the other ranks"
+  expect_no_match "$err" 'waiting up to'
+  expect_match "$err" '^tuttirun: 3 of 3 ranks failed, rank 1 first \(exit status 3\):$'
+  expect_match "$err" '^tuttirun:   rank 1 \(pid [0-9]+\) exited with status 3; nothing on stderr$'
+  local r
+  for r in 0 2; do
+    expect_match "$err" "^tuttirun:   rank $r \\(pid [0-9]+\\) was killed by signal 15 \\(SIGTERM\\), sent by tuttirun"
+  done
+}
+
+case_every_rank_says_why() {
+  # As tutti ranks do when a peer fails: the others notice (here after 0.3 s), print why and exit.
+  # The default failure grace (3 s) lets them, and ends as soon as they have exited.
+  run --nproc-per-node=3 sh -c \
+    'if [ $RANK = 1 ]; then echo boom >&2; exit 3; fi; sleep 0.3; echo "peer lost" >&2; echo >&2; exit 1'
+  expect_rc 3
+  expect_within 2
+  expect_line "$err" "[rank 1] boom"
+  expect_line "$err" "[rank 0] peer lost"
+  expect_line "$err" "[rank 2] peer lost"
+  expect_match "$err" '^tuttirun: waiting up to 3 s for the other ranks to exit on their own \(--failure-grace\)$'
+  expect_no_match "$err" 'stopping the other ranks'
+  # The summary ends stderr: the first failure first, then the others, each with its last line
+  # that is not blank.
+  tail -n 4 "$err" >"$work/summary"
+  expect_match "$work/summary" '^tuttirun: 3 of 3 ranks failed, rank 1 first \(exit status 3\):$'
+  [[ $(sed -n 2p "$work/summary") =~ ^tuttirun:\ \ \ rank\ 1\ \(pid\ [0-9]+\)\ exited\ with\ status\ 3\;\ last\ line\ on\ stderr:\ boom$ ]] ||
+    bad "summary does not start with rank 1: $(sed -n 2p "$work/summary")"
+  local r
+  for r in 0 2; do
+    expect_match "$work/summary" "^tuttirun:   rank $r \\(pid [0-9]+\\) exited with status 1; last line on stderr: peer lost$"
+  done
+}
+
+case_failure_grace_then_term_then_kill() {
+  # Rank 0 says why and exits within the failure grace; rank 2 ignores the SIGTERM that follows it
+  # and is SIGKILLed after --grace.
+  run --nproc-per-node=3 --failure-grace=1.5 --grace=0.5 sh -c '
+    case $RANK in
+      1) echo boom >&2; exit 3 ;;
+      0) sleep 0.2; echo "peer lost" >&2; exit 1 ;;
+      2) exec 3>&2; trap "echo ignoring SIGTERM >&3" TERM; while :; do sleep 0.1; done 2>/dev/null ;;
+    esac'
+  expect_rc 3
+  expect_within 6
+  expect_line "$err" "[rank 0] peer lost"
+  expect_line "$err" "[rank 2] ignoring SIGTERM"
+  expect_line "$err" "tuttirun: failure grace over: stopping the other ranks"
+  expect_line "$err" "tuttirun: grace period over: killing the remaining ranks"
+  # SIGTERM only after the grace: rank 0's line comes before it.
+  local said=$(grep -nxF "[rank 0] peer lost" "$err" | cut -d: -f1) term=$(grep -n 'failure grace over' "$err" | cut -d: -f1)
+  (( ${said:-999} < ${term:-0} )) || bad "rank 0's line (line ${said:-none}) is not before the SIGTERM (line ${term:-none})"
+  expect_match "$err" '^tuttirun: 3 of 3 ranks failed, rank 1 first \(exit status 3\):$'
+  expect_match "$err" '^tuttirun:   rank 1 \(pid [0-9]+\) exited with status 3; last line on stderr: boom$'
+  expect_match "$err" '^tuttirun:   rank 0 \(pid [0-9]+\) exited with status 1; last line on stderr: peer lost$'
+  expect_match "$err" '^tuttirun:   rank 2 \(pid [0-9]+\) was killed by signal 9 \(SIGKILL\), sent by tuttirun; last line on stderr: ignoring SIGTERM$'
+}
+
+case_keep_going() {
+  run --nproc-per-node=3 --keep-going sh -c 'if [ $RANK = 1 ]; then echo boom >&2; exit 3; fi; sleep 0.5; echo done'
+  expect_rc 3
+  expect_line "$err" "tuttirun: --keep-going: the other ranks run on"
+  expect_line "$out" "[rank 0] done"
+  expect_line "$out" "[rank 2] done"
+  expect_no_match "$err" 'stopping|waiting up to'
+  expect_match "$err" '^tuttirun: 1 of 3 ranks failed, rank 1 first \(exit status 3\):$'
+  expect_match "$err" '^tuttirun:   rank 1 \(pid [0-9]+\) exited with status 3; last line on stderr: boom$'
 }
 
 case_killed_rank() {
@@ -162,7 +229,7 @@ case_sigterm_stops_all() {
 
 case_grace_kills_stubborn_and_stopped() {
   # rank 0 ignores SIGTERM, rank 1 stops itself, rank 2 fails once both are set up.
-  run --nproc-per-node=3 --grace=1 sh -c "
+  run --nproc-per-node=3 --failure-grace=0.2 --grace=1 sh -c "
     case \$RANK in
       0) trap '' TERM; echo \$\$ >$work/ready.0; while :; do sleep 1; done ;;
       1) echo \$\$ >$work/ready.1; kill -STOP \$\$; sleep 30 ;;
@@ -222,8 +289,8 @@ case_help_and_version() {
   run --help
   expect_rc 0
   local flag
-  for flag in --nproc-per-node --nnodes --node-rank --master-addr --master-port --grace --no-prefix \
-    --help --version RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK NODE_RANK MASTER_ADDR \
+  for flag in --nproc-per-node --nnodes --node-rank --master-addr --master-port --failure-grace --grace \
+    --no-prefix --keep-going --help --version RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK NODE_RANK MASTER_ADDR \
     MASTER_PORT TUTTI_JOB_ID TUTTI_JOB_TOKEN TUTTI_LAUNCHER 'Exit status'; do
     grep -qF -- "$flag" "$out" || bad "--help does not mention $flag"
   done
@@ -252,6 +319,8 @@ case_bad_command_lines() {
 --master-port=65536 true
 --grace=-1 true
 --grace=soon true
+--failure-grace=-1 true
+--failure-grace=1e3 true
 --no-prefix=yes true
 --master-addr= true
 --nproc-per-node
