@@ -252,6 +252,62 @@ TEST_CASE("store: an unreachable master is retried until the deadline, then name
   c.set("x", "1");
 }
 
+namespace {
+/// Another program on the port: it listens, accepts one connection, sends `answer` (maybe
+/// nothing) and keeps the connection open until destroyed.
+struct stranger {
+  int listener = -1, port = 0, conn = -1;
+  std::thread accepter;
+  explicit stranger(std::string answer) {
+    listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(listener, 4) == 0);
+    socklen_t len = sizeof a;
+    ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+    accepter = std::thread([this, answer = std::move(answer)] {
+      conn = ::accept(listener, nullptr, nullptr);
+      if (conn >= 0 && !answer.empty()) (void)::send(conn, answer.data(), answer.size(), MSG_NOSIGNAL);
+    });
+  }
+  ~stranger() {
+    ::shutdown(listener, SHUT_RDWR);  // wakes the accepter if nobody connected
+    accepter.join();
+    if (conn >= 0) ::close(conn);
+    ::close(listener);
+  }
+};
+}  // namespace
+
+TEST_CASE("store: another program on MASTER_PORT is config_error at once, naming the address, never a silent wait") {
+  const auto check_message = [](const std::string& msg, int port) {
+    CHECK(msg.find("MASTER_ADDR:MASTER_PORT = 127.0.0.1:" + std::to_string(port)) != std::string::npos);
+    CHECK(msg.find("not a tutti store") != std::string::npos);
+    CHECK(msg.find("Another program probably holds MASTER_PORT") != std::string::npos);
+  };
+  SUBCASE("it accepts and stays silent: an error after welcome_within, not after the 60 s timeout") {
+    stranger s("");
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto msg = message_of<config_error>([&] { store("127.0.0.1", s.port, 1, 2, "tok", 60s); });
+    const auto took = std::chrono::steady_clock::now() - t0;
+    CHECK(took >= detail::store_impl::welcome_within - 100ms);
+    CHECK(took < detail::store_impl::welcome_within + 3s);
+    check_message(msg, s.port);
+    CHECK(msg.find("no welcome within 5 s") != std::string::npos);
+  }
+  SUBCASE("it answers something else: an error at once") {
+    stranger s("HTTP/1.1 400 Bad Request\r\n\r\n");
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto msg = message_of<config_error>([&] { store("127.0.0.1", s.port, 1, 2, "tok", 60s); });
+    CHECK(std::chrono::steady_clock::now() - t0 < 2s);
+    check_message(msg, s.port);
+    CHECK(msg.find("not tutti's welcome") != std::string::npos);
+  }
+}
+
 TEST_CASE("store: IPv6") {
   store_server server("::1", 0, 0, "");
   store c("::1", server.port(), -1, 0, "", 5s);

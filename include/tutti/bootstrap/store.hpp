@@ -93,6 +93,9 @@ inline constexpr std::size_t hello_fixed = 8 + 4 + 4 + 4 + 4;  // magic version 
 /// descriptors of the store or of the tcp mesh.
 inline constexpr std::size_t max_silent = 64;
 inline constexpr std::chrono::seconds hello_within{10};
+/// A client that connected waits this long for the welcome, whatever its own timeout: a tutti
+/// store answers a hello at once, so a silence this long means another program holds the port.
+inline constexpr std::chrono::seconds welcome_within{5};
 
 enum class opcode : std::uint8_t { set = 1, get = 2, wait = 3, add = 4 };
 enum class status : std::uint8_t { ok = 0, timeout = 1, refused = 2, failed = 3 };
@@ -714,11 +717,15 @@ class store_server {
 
 /// A client of the store. Blocking calls; each waits at most its timeout (plus a few seconds for
 /// a slow server) and raises `timeout_error`, `peer_lost` (the server went away) or
-/// `config_error` (refused: token, world size, duplicate rank).
+/// `config_error` (refused: token, world size, duplicate rank; or what listens on the port is not
+/// a tutti store).
 class store {
  public:
-  /// Connects to `host:port`, retrying (the server may not be up yet) until `timeout` passes.
-  /// `rank` -1 and `world_size` 0: an anonymous client (tools, tests).
+  /// Connects to `host:port`, retrying while the port refuses connections (the server may not be
+  /// up yet) until `timeout` passes. Once connected, the welcome must come within
+  /// `welcome_within` (5 s) and be tutti's: otherwise `config_error` at once, naming the address
+  /// (another program holds the port). `rank` -1 and `world_size` 0: an anonymous client (tools,
+  /// tests).
   store(const std::string& host, int port, int rank, int world_size, const std::string& token,
         std::chrono::milliseconds timeout)
       : where_(detail::store_impl::host_port(host, port)) {
@@ -748,19 +755,32 @@ class store {
     ::setsockopt(fd_.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     writer w;
     w.num(magic).num(version).num(static_cast<std::int32_t>(rank)).num(static_cast<std::int32_t>(world_size)).str(token);
-    io(w.out.data(), w.out.size(), true, deadline);
+    // Something accepted the connection, but node 0's tutti may not be what did: another program
+    // holding MASTER_PORT accepts too, and then says nothing or something else. Bounded by
+    // `welcome_within`, not by `timeout` (300 s in a job), so that is an error at once.
+    const auto welcome_by = std::chrono::steady_clock::now() + welcome_within;
+    auto not_a_store = [&](const std::string& what) {
+      fd_.reset();
+      return config_error("store: what listens at MASTER_ADDR:MASTER_PORT = " + where_ + " is not a tutti store: " +
+                          what + ". Another program probably holds MASTER_PORT there (which one cannot be known "
+                          "from here; on that host, `ss -ltnp` names it), so rank 0's store could not take it; "
+                          "pick another MASTER_PORT for the job");
+    };
     char head[answer_head_bytes];
-    io(head, sizeof head, false, deadline);
     answer_head a;
     try {
+      io(w.out.data(), w.out.size(), true, welcome_by);
+      io(head, sizeof head, false, welcome_by);
       a = parse_answer_head(std::string_view(head, sizeof head), magic);
+    } catch (const timeout_error&) {
+      throw not_a_store("it accepted the connection but sent no welcome within " +
+                        std::to_string(welcome_within.count()) + " s (a tutti store answers at once)");
     } catch (const malformed& e) {
-      fd_.reset();
-      throw config_error("store: " + where_ + (e.stranger ? " is not a tutti store (bad magic)"
-                                                          : " sent a malformed welcome (" + e.reason + ")"));
+      throw not_a_store(e.stranger ? "it answered with bytes that are not tutti's welcome (wrong magic)"
+                                   : "it sent a malformed welcome (" + e.reason + ")");
     }
     std::string msg(a.text_bytes, '\0');
-    io(msg.data(), msg.size(), false, deadline);
+    io(msg.data(), msg.size(), false, welcome_by);
     if (a.status != static_cast<std::uint8_t>(status::ok))
       throw config_error("store at " + where_ + " refused this process: " + msg);
   }
