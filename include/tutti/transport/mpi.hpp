@@ -25,11 +25,14 @@
 ///   notice (its fingerprint; once per call, on its own tag) and reads the notices of the peer it
 ///   waits for: ranks that disagree so that they wait for each other (two ranks that each take
 ///   the other for the root) raise `mismatch_error` naming both instead of timing out.
-/// - After a timeout or another failure the communicator is broken (as every communicator is):
-///   pending point-to-point requests are cancelled, and those MPI cannot cancel in 100 ms are
-///   freed; a non-blocking collective cannot be cancelled at all and is left pending. Either may
-///   still complete into (or read from) the buffers of the failed call, so do not reuse them;
-///   end the job (or `MPI_Abort`) rather than carry on. A broken communicator's MPI handle is
+/// - After a timeout or another failure the communicator is broken (as every communicator is),
+///   and the failed call returns only once MPI is done with its buffers: it cancels the receive
+///   of a header that has not come, takes the payload of one it refused (0-byte receives, so the
+///   sender's send completes) and drives the rest until complete, for at most 2 s
+///   (`settle_within`; a non-blocking collective, which MPI cannot cancel, too). What is still
+///   pending then (a peer stopped mid-transfer) is kept, never freed, and the error says that
+///   MPI may still read or write the call's buffers: end the job (or `MPI_Abort`) rather than
+///   carry on. A broken communicator's MPI handle is
 ///   never freed, so that MPI cannot give its context id (and the messages still in flight on it)
 ///   to a later communicator.
 /// - Sub-groups (`sub`) are new MPI communicators, made with `MPI_Comm_create_group`, which only
@@ -84,6 +87,13 @@ inline constexpr std::chrono::milliseconds waiting_notice_after{20};
 inline std::size_t max_piece = std::size_t{1} << 30;  // not const: tests shrink it to cover the split
 /// Longest failure notice (short enough to go eagerly, so sending it never blocks).
 inline constexpr std::size_t max_notice = 1000;
+/// How long a failed call goes on driving what it posted before it gives up on it (`mpi::settle`).
+/// A transfer whose two ends are both inside MPI runs at memory or network speed (a 1 GiB piece:
+/// about 0.1 s through shared memory, 1 s at 10 Gb/s; the tests' 4 MiB, milliseconds even under
+/// ASan on a loaded host); one still running after this long has an end that is stopped or gone,
+/// and waiting longer would only delay the error, and the failure notice the peers wait for. Not
+/// the call's timeout: that would double the time to report a timeout.
+inline constexpr std::chrono::seconds settle_within{2};
 
 inline bool finalized() noexcept {
   int f = 0;
@@ -116,6 +126,27 @@ void check(int rc, const char* call, const Where& where) {
   std::string msg = describe(where) + ": " + call + " failed: " + error_text(rc);
   if (cls == MPI_ERR_TRUNCATE) throw mismatch_error(msg);
   throw error(errc::aborted, msg);
+}
+
+/// Rethrows the exception being handled, as the same type, with `note` added to its message.
+[[noreturn]] inline void rethrow_noting(const std::string& note) {
+  auto noted = [&](const error& e) {
+    std::string w = e.what();
+    const std::string tail = ": " + e.code().message();  // what std::system_error appended
+    if (w.size() >= tail.size() && w.compare(w.size() - tail.size(), tail.size(), tail) == 0) w.resize(w.size() - tail.size());
+    return w + note;
+  };
+  try {
+    throw;
+  } catch (const mismatch_error& e) {
+    throw mismatch_error(noted(e));
+  } catch (const timeout_error& e) {
+    throw timeout_error(noted(e));
+  } catch (const peer_lost& e) {
+    throw peer_lost(noted(e));
+  } catch (const error& e) {
+    throw error(static_cast<errc>(e.code().value()), noted(e));
+  }
 }
 
 template <class Where>
@@ -292,6 +323,10 @@ struct comm_state {
   /// Waiting notices being sent: each buffer lives until its send completes.
   std::vector<std::pair<MPI_Request, std::unique_ptr<std::uint64_t[]>>> waiting;
   std::uint64_t told[6] = {};  // the fingerprint this rank last sent waiting notices for
+  std::vector<int> lost;        // ranks whose failure notice this rank has read
+  /// Requests a failed call gave up on (`mpi::settle`, `mpi::complete`): never freed, and their
+  /// communicator is marked broken, so that it is never freed either.
+  std::vector<MPI_Request> kept;
 
   comm_state() = default;
   comm_state(const comm_state&) = delete;
@@ -322,61 +357,45 @@ struct comm_state {
   }
 };
 
-/// The requests of one blocking call. Whatever is still active when it is destroyed (the call
-/// failed) is cancelled, given 100 ms to finish cancelling, then freed.
+/// The requests of one blocking call, each with the rank at its other end and its role. A call
+/// that fails hands them to `mpi::settle` before the error leaves it; one that returns has
+/// completed them all. (Nothing is freed here: an active request freed is one MPI completes
+/// later, into or out of buffers the caller has freed by then.)
 class request_set {
  public:
+  enum class role : std::uint8_t { header, payload, send };  // header: the receive of a header
+  struct entry {
+    MPI_Request req;
+    int peer;
+    role r;
+  };
   request_set() = default;
   request_set(const request_set&) = delete;
   request_set& operator=(const request_set&) = delete;
-  ~request_set() {
-    if (finalized()) return;
-    bool any = false;
-    for (auto& r : reqs_)
-      if (r != MPI_REQUEST_NULL) {
-        MPI_Cancel(&r);
-        any = true;
-      }
-    if (!any) return;
-    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
-    for (;;) {
-      bool left = false;
-      for (auto& r : reqs_)
-        if (r != MPI_REQUEST_NULL) {
-          int done = 0;
-          if (MPI_Test(&r, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || done) r = MPI_REQUEST_NULL;
-          else left = true;
-        }
-      if (!left) return;
-      if (std::chrono::steady_clock::now() > until) break;
-      std::this_thread::yield();
-    }
-    for (auto& r : reqs_)
-      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
-  }
-  /// Room for n requests: call before the first `add`, so the pointers it returns stay valid.
+  /// Room for n requests (each `add` returns a pointer MPI writes the handle through).
   void reserve(std::size_t n) { reqs_.reserve(n); }
-  MPI_Request* add() {
-    reqs_.push_back(MPI_REQUEST_NULL);
-    return &reqs_.back();
+  MPI_Request* add(int peer, role r) {
+    reqs_.push_back({MPI_REQUEST_NULL, peer, r});
+    return &reqs_.back().req;
   }
   std::size_t size() const { return reqs_.size(); }
-  MPI_Request& operator[](std::size_t i) { return reqs_[i]; }
+  MPI_Request& operator[](std::size_t i) { return reqs_[i].req; }
+  entry& at(std::size_t i) { return reqs_[i]; }
 
   /// Tests requests [from, size()); true when all are complete.
   template <class Where>
   bool test(std::size_t from, const Where& where) {
     for (std::size_t i = from; i < reqs_.size(); ++i) {
-      if (reqs_[i] == MPI_REQUEST_NULL) continue;
+      if (reqs_[i].req == MPI_REQUEST_NULL) continue;
       int done = 0;
-      check(MPI_Test(&reqs_[i], &done, MPI_STATUS_IGNORE), "MPI_Test", where);
+      check(MPI_Test(&reqs_[i].req, &done, MPI_STATUS_IGNORE), "MPI_Test", where);
       if (!done) return false;
     }
     return true;
   }
 
  private:
-  std::vector<MPI_Request> reqs_;
+  std::vector<entry> reqs_;
 };
 
 }  // namespace detail::mpi_impl
@@ -502,25 +521,40 @@ class mpi {
   /// differs from this one (on every rank: all of them see the same min and max).
   void native_agree(const fingerprint& fp, const wait_context& w, bool blocking = false) {
     using namespace detail::mpi_impl;
-    std::uint64_t words[2 * fp_words];
-    encode(fp, words);
+    // On the heap: a collective that fails may stay pending and write them later (`complete`),
+    // so they are then kept until exit.
+    auto words = std::make_unique<std::uint64_t[]>(2 * fp_words);
+    encode(fp, words.get());
     for (int i = 0; i < fp_words; ++i) words[fp_words + i] = ~words[i];
-    start_and_complete(fp, 2 * fp_words * 8, w, blocking, "MPI_Iallreduce (fingerprint agreement)", [&](MPI_Request* r) {
-      return either(r, MPI_Iallreduce, MPI_Allreduce, MPI_IN_PLACE, words, 2 * fp_words, MPI_UINT64_T, MPI_MAX,
-                    st_->comm);
-    });
+    try {
+      start_and_complete(fp, 2 * fp_words * 8, w, blocking, "MPI_Iallreduce (fingerprint agreement)",
+                         [&](MPI_Request* r) {
+                           return either(r, MPI_Iallreduce, MPI_Allreduce, MPI_IN_PLACE, words.get(), 2 * fp_words,
+                                         MPI_UINT64_T, MPI_MAX, st_->comm);
+                         });
+    } catch (...) {
+      keep_until_exit(std::move(words));
+      throw;
+    }
     bool same = true;
     for (int i = 0; i < fp_words; ++i) same = same && words[i] == ~words[fp_words + i];
     if (same) return;
-    std::uint64_t mine[fp_words];
-    encode(fp, mine);
-    std::vector<std::uint64_t> all(static_cast<std::size_t>(size_) * fp_words);
-    start_and_complete(fp, all.size() * 8, w, blocking, "MPI_Iallgather (fingerprint agreement)", [&](MPI_Request* r) {
-      return either(r, MPI_Iallgather, MPI_Allgather, mine, fp_words, MPI_UINT64_T, all.data(), fp_words,
-                    MPI_UINT64_T, st_->comm);
-    });
+    auto mine = std::make_unique<std::uint64_t[]>(fp_words);
+    encode(fp, mine.get());
+    auto all = std::make_unique<std::uint64_t[]>(static_cast<std::size_t>(size_) * fp_words);
+    try {
+      start_and_complete(fp, static_cast<std::size_t>(size_) * fp_words * 8, w, blocking,
+                         "MPI_Iallgather (fingerprint agreement)", [&](MPI_Request* r) {
+                           return either(r, MPI_Iallgather, MPI_Allgather, mine.get(), fp_words, MPI_UINT64_T,
+                                         all.get(), fp_words, MPI_UINT64_T, st_->comm);
+                         });
+    } catch (...) {
+      keep_until_exit(std::move(mine));
+      keep_until_exit(std::move(all));
+      throw;
+    }
     for (int r = 0; r < size_; ++r) {
-      const fingerprint theirs = decode(all.data() + static_cast<std::size_t>(r) * fp_words);
+      const fingerprint theirs = decode(all.get() + static_cast<std::size_t>(r) * fp_words);
       if (theirs != fp)
         throw mismatch_error(where(fp, w) + ": " + detail::describe_difference(fp, rank_, theirs, r));
     }
@@ -691,70 +725,206 @@ class mpi {
       post(at, static_cast<int>(std::min(detail::mpi_impl::max_piece, bytes - at)));
   }
 
-  /// Send (`hs`, to `to`) and/or receive (`hr`, from `from`); null headers mean "none".
+  /// Send (`hs`, to `to`) and/or receive (`hr`, from `from`); null headers mean "none". Returns
+  /// or throws only once MPI is done with everything it posted (see `settle`).
   void exchange(int to, const header* hs, const std::byte* sdata, int from, const header* hr, std::byte* rdata,
                 const wait_context& w) {
     using namespace detail::mpi_impl;
+    using role = request_set::role;
     const header& h = hr ? *hr : *hs;
     auto at = [&] { return detail::where(h, w.algorithm) + " on rank " + std::to_string(rank_); };
-    wire_header in{}, out{};  // before `rs`, which may cancel requests on them when it goes
+    const auto tag_pair = tags(h, w);
+    wire_header in{}, out{};  // before `rs`: the requests on them end before they go
     request_set rs;
     const std::size_t send_pieces = hs ? (hs->bytes + max_piece - 1) / max_piece : 0;
     const std::size_t recv_pieces = hr ? (hr->bytes + max_piece - 1) / max_piece : 0;
     rs.reserve(2 + send_pieces + recv_pieces);
-    // Receive first: the header, whose check decides whether the payload is taken.
-    if (hr) check(MPI_Irecv(&in, sizeof in, MPI_BYTE, from, tags(*hr, w).first, st_->comm, rs.add()), "MPI_Irecv", at);
-    if (hs) {
-      header x = *hs;
-      x.fp.context = context_;
-      encode(x.fp, out.fp);
-      out.bytes = x.bytes;
-      const auto [th, tp] = tags(*hs, w);
-      check(MPI_Isend(&out, sizeof out, MPI_BYTE, to, th, st_->comm, rs.add()), "MPI_Isend", at);
-      pieces(hs->bytes, [&](std::size_t off, int n) {
-        check(MPI_Isend(sdata + off, n, MPI_BYTE, to, tp, st_->comm, rs.add()), "MPI_Isend", at);
-      });
-    }
     bool checked = hr == nullptr;
-    const std::size_t first_other = hr ? 1 : 0;
-    const auto started = std::chrono::steady_clock::now();
-    unsigned polls = 0;
-    bool told = false;
-    std::string suspect;  // a waiting notice that shows a disagreement, unless the header comes
-    drive(w, h, hr ? from : to, hr && hs && to != from ? to : -1, hr ? "to receive from" : "to deliver to", [&] {
-      if (!checked && hr->fp.coll != collective::send_recv && ++polls % 64 == 0 &&
-          std::chrono::steady_clock::now() - started > waiting_notice_after) {
-        // Ranks that disagree about a call can each wait to receive from the other (two ranks
-        // that each take the other for the root, or a cycle): say what this rank waits for, and
-        // look at what the peer says. A notice arrives on its own tag, so the header it would
-        // follow may still be on its way: believe it only if the header is still missing at
-        // the next look.
-        if (!suspect.empty()) throw mismatch_error(suspect);
-        if (!told) tell_waiting(hr->fp);
-        told = true;
-        suspect = waiting_notice(from, *hr, w);
+    bool header_in = false;  // the header arrived (and was checked, or refused)
+    try {
+      // Receive first: the header, whose check decides whether the payload is taken.
+      if (hr)
+        check(MPI_Irecv(&in, sizeof in, MPI_BYTE, from, tags(*hr, w).first, st_->comm, rs.add(from, role::header)),
+              "MPI_Irecv", at);
+      if (hs) {
+        header x = *hs;
+        x.fp.context = context_;
+        encode(x.fp, out.fp);
+        out.bytes = x.bytes;
+        const auto [th, tp] = tags(*hs, w);
+        check(MPI_Isend(&out, sizeof out, MPI_BYTE, to, th, st_->comm, rs.add(to, role::send)), "MPI_Isend", at);
+        pieces(hs->bytes, [&](std::size_t off, int n) {
+          check(MPI_Isend(sdata + off, n, MPI_BYTE, to, tp, st_->comm, rs.add(to, role::send)), "MPI_Isend", at);
+        });
       }
-      if (!checked) {
+      const std::size_t first_other = hr ? 1 : 0;
+      const auto started = std::chrono::steady_clock::now();
+      unsigned polls = 0;
+      bool told = false;
+      std::string suspect;  // a waiting notice that shows a disagreement, unless the header comes
+      drive(w, h, hr ? from : to, hr && hs && to != from ? to : -1, hr ? "to receive from" : "to deliver to", [&] {
+        if (!checked && hr->fp.coll != collective::send_recv && ++polls % 64 == 0 &&
+            std::chrono::steady_clock::now() - started > waiting_notice_after) {
+          // Ranks that disagree about a call can each wait to receive from the other (two ranks
+          // that each take the other for the root, or a cycle): say what this rank waits for, and
+          // look at what the peer says. A notice arrives on its own tag, so the header it would
+          // follow may still be on its way: believe it only if the header is still missing at
+          // the next look.
+          if (!suspect.empty()) throw mismatch_error(suspect);
+          if (!told) tell_waiting(hr->fp);
+          told = true;
+          suspect = waiting_notice(from, *hr, w);
+        }
+        if (!checked) {
+          int done = 0;
+          MPI_Status status;
+          check(MPI_Test(&rs[0], &done, &status), "MPI_Test", at);
+          if (done) {
+            header_in = true;
+            header got;
+            got.fp = decode(in.fp);
+            got.bytes = in.bytes;
+            header want = *hr;
+            want.fp.context = context_;
+            detail::check_header(want, rank_, got, from, w.algorithm);
+            checked = true;
+            const int tp = tags(*hr, w).second;
+            pieces(hr->bytes, [&](std::size_t off, int n) {
+              check(MPI_Irecv(rdata + off, n, MPI_BYTE, from, tp, st_->comm, rs.add(from, role::payload)), "MPI_Irecv",
+                    at);
+            });
+          }
+        }
+        const bool rest = rs.test(first_other, at);  // the sends, and the payload once posted
+        return checked && rest;
+      });
+    } catch (...) {
+      // A refused header's payload is still coming: take it (see `settle`).
+      const std::uint64_t refused = header_in && !checked ? in.bytes : 0;
+      if (const std::size_t left = settle(rs, w, tag_pair, in, refused ? from : -1, refused))
+        rethrow_noting(" [and " + std::to_string(left) + " of its MPI requests (sends or receives of the payload) "
+                       "could not be completed within " + std::to_string(settle_within.count()) +
+                       " s after the failure: MPI may still read or write this call's buffers; end the job rather "
+                       "than carry on]");
+      throw;
+    }
+  }
+
+  /// What a failed exchange does before its error leaves it, so that MPI touches none of its
+  /// buffers afterwards (the caller frees them; an ASan run caught Open MPI's shared-memory
+  /// transport still copying a freed send buffer from a later call's progress):
+  /// - the header's receive, if nothing matched it yet, is cancelled (if it did match after all,
+  ///   its payload is taken as below);
+  /// - the payload of a header that arrived but was refused (`refused_from`, `refused_bytes`)
+  ///   is received as 0-byte pieces, which end in MPI_ERR_TRUNCATE but let the sender's sends
+  ///   complete (Open MPI cannot cancel a send, nor a receive once matched);
+  /// - everything else is driven (MPI_Test) until complete: the peer at the other end is in MPI
+  ///   too, failing or waiting, so a matched transfer finishes at once. While it waits, a header
+  ///   from a peer this rank still sends to is taken the same way (two ranks that each gave up
+  ///   on the other's message would otherwise wait for each other), and a send to a rank that
+  ///   has sent its failure notice is given up: that rank settled before it sent it, so it will
+  ///   never take (or progress) the message (unless it gave up on a transfer with this rank
+  ///   itself, which its own error then says);
+  /// - what is still pending after `settle_within` (20 ms once the communicator is aborted) is
+  ///   kept, never freed, and counted: the return value, for the error message.
+  std::size_t settle(detail::mpi_impl::request_set& rs, const wait_context& w, std::pair<int, int> tag_pair,
+                     const detail::mpi_impl::wire_header& in, int refused_from, std::uint64_t refused_bytes) {
+    using namespace detail::mpi_impl;
+    using role = request_set::role;
+    using clock = std::chrono::steady_clock;
+    if (finalized()) return 0;
+    auto drain = [&](int peer, std::uint64_t bytes) {
+      pieces(bytes, [&](std::size_t, int) {
+        MPI_Irecv(nullptr, 0, MPI_BYTE, peer, tag_pair.second, st_->comm, rs.add(peer, role::payload));
+      });
+    };
+    if (refused_from >= 0) drain(refused_from, refused_bytes);
+    if (rs.size() > 0 && rs.at(0).r == role::header && rs[0] != MPI_REQUEST_NULL) MPI_Cancel(&rs[0]);
+    const auto start = clock::now();
+    const std::chrono::milliseconds bound =
+        w.aborted && w.aborted->load(std::memory_order_acquire) ? detail::abort_poll : settle_within;
+    int cancelled_from = -1;  // the peer whose header this rank no longer waits for
+    for (unsigned round = 0;; ++round) {
+      bool left = false;
+      for (std::size_t i = 0; i < rs.size(); ++i) {
+        auto& e = rs.at(i);
+        if (e.req == MPI_REQUEST_NULL) continue;
         int done = 0;
-        MPI_Status status;
-        check(MPI_Test(&rs[0], &done, &status), "MPI_Test", at);
+        MPI_Status status{};
+        if (MPI_Test(&e.req, &done, &status) != MPI_SUCCESS) {  // ended in error (a drain's truncation)
+          e.req = MPI_REQUEST_NULL;
+          continue;
+        }
         if (done) {
-          header got;
-          got.fp = decode(in.fp);
-          got.bytes = in.bytes;
-          header want = *hr;
-          want.fp.context = context_;
-          detail::check_header(want, rank_, got, from, w.algorithm);
-          checked = true;
-          const int tp = tags(*hr, w).second;
-          pieces(hr->bytes, [&](std::size_t off, int n) {
-            check(MPI_Irecv(rdata + off, n, MPI_BYTE, from, tp, st_->comm, rs.add()), "MPI_Irecv", at);
-          });
+          int cancelled = 0;
+          if (e.r != role::header || MPI_Test_cancelled(&status, &cancelled) != MPI_SUCCESS) continue;
+          if (cancelled) cancelled_from = e.peer;
+          else drain(e.peer, in.bytes);  // matched before the cancel: its payload comes (`e` may move)
+          continue;
+        }
+        if (e.r == role::send && round % 16 == 0 && peer_failed(e.peer)) {
+          st_->kept.push_back(e.req);  // never taken: see above
+          e.req = MPI_REQUEST_NULL;
+          continue;
+        }
+        left = true;
+      }
+      if (!left) {
+        if (!st_->kept.empty()) st_->broken = true;  // so its MPI handle is kept too
+        return 0;
+      }
+      if (round % 16 == 0) {  // take the headers of the peer it gave up on, and of those it sends to
+        std::vector<int> peers;
+        if (cancelled_from >= 0) peers.push_back(cancelled_from);
+        for (std::size_t i = 0; i < rs.size(); ++i)
+          if (rs.at(i).r == role::send && rs[i] != MPI_REQUEST_NULL) peers.push_back(rs.at(i).peer);
+        std::sort(peers.begin(), peers.end());
+        peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+        for (const int peer : peers) {
+          int flag = 0;
+          MPI_Status status;
+          if (MPI_Iprobe(peer, tag_pair.first, st_->comm, &flag, &status) != MPI_SUCCESS || !flag) continue;
+          wire_header theirs{};
+          if (MPI_Recv(&theirs, sizeof theirs, MPI_BYTE, peer, tag_pair.first, st_->comm, MPI_STATUS_IGNORE) ==
+              MPI_SUCCESS)
+            drain(peer, theirs.bytes);
         }
       }
-      const bool rest = rs.test(first_other, at);  // the sends, and the payload once posted
-      return checked && rest;
-    });
+      const auto now = clock::now();
+      if (now - start > bound) break;
+      if (now - start > std::chrono::milliseconds(20)) std::this_thread::sleep_for(std::chrono::microseconds(100));
+      else std::this_thread::yield();
+    }
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < rs.size(); ++i)
+      if (rs[i] != MPI_REQUEST_NULL) {
+        st_->kept.push_back(rs[i]);
+        rs[i] = MPI_REQUEST_NULL;
+        ++kept;
+      }
+    st_->broken = true;  // so its MPI handle is kept too
+    return kept;
+  }
+
+  /// Whether `peer` sent this communicator a failure notice (read now, or earlier by `check_notice`).
+  bool peer_failed(int peer) {
+    using namespace detail::mpi_impl;
+    auto& lost = st_->lost;
+    if (std::find(lost.begin(), lost.end(), peer) != lost.end()) return true;
+    for (int flag = 1;;) {
+      MPI_Status status;
+      if (MPI_Iprobe(peer, tag_failure, st_->comm, &flag, &status) != MPI_SUCCESS || !flag) return false;
+      int n = 0;
+      MPI_Get_count(&status, MPI_CHAR, &n);
+      std::string text(static_cast<std::size_t>(std::max(n, 0)), '\0');
+      if (MPI_Recv(text.data(), n, MPI_CHAR, peer, tag_failure, st_->comm, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
+      std::uint64_t context = ~context_;
+      if (text.size() >= sizeof context) std::memcpy(&context, text.data(), sizeof context);
+      if (context == context_) {
+        lost.push_back(peer);
+        return true;
+      }
+    }
   }
 
   /// Sends every other rank of the group a waiting notice (`fp`, what this rank waits to receive
@@ -826,14 +996,36 @@ class mpi {
     complete(req, fp, bytes, w, call);
   }
 
-  /// Waits for a non-blocking collective. On failure it stays pending (MPI cannot cancel it).
+  /// Waits for a non-blocking collective. MPI cannot cancel one, so on failure it drives it for
+  /// up to `settle_within` more (it completes if the others are in it still: this rank alone was
+  /// aborted or out of time, say); one still pending then is kept, never freed, and the error
+  /// says that MPI may still read or write the call's buffers.
   void complete(MPI_Request& req, const fingerprint& fp, std::size_t bytes, const wait_context& w, const char* call) {
+    using namespace detail::mpi_impl;
     header h{fp, bytes};
-    drive(w, h, -1, -1, call, [&] {
-      int done = 0;
-      detail::mpi_impl::check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), call, [&] { return where(fp, w); });
-      return done != 0;
-    });
+    try {
+      drive(w, h, -1, -1, call, [&] {
+        int done = 0;
+        check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), call, [&] { return where(fp, w); });
+        return done != 0;
+      });
+    } catch (...) {
+      const auto until = std::chrono::steady_clock::now() +
+                         (w.aborted && w.aborted->load(std::memory_order_acquire)
+                              ? detail::abort_poll
+                              : std::chrono::milliseconds(settle_within));
+      for (int done = 0; req != MPI_REQUEST_NULL && !finalized();) {
+        if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || done) req = MPI_REQUEST_NULL;
+        else if (std::chrono::steady_clock::now() > until) break;
+        else std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+      if (req == MPI_REQUEST_NULL || finalized()) throw;
+      st_->kept.push_back(req);
+      st_->broken = true;
+      rethrow_noting(std::string(" [and ") + call + " is still pending " + std::to_string(settle_within.count()) +
+                     " s after the failure (MPI cannot cancel a collective): MPI may still read or write this "
+                     "call's buffers; end the job rather than carry on]");
+    }
   }
 
   /// `drive`'s peer when the communicator cannot be probed yet (it is being made).
@@ -902,6 +1094,7 @@ class mpi {
     if (text.size() >= sizeof context) std::memcpy(&context, text.data(), sizeof context);
     if (context != context_) return;  // from an earlier communicator that MPI gave the same id
     text.erase(0, sizeof context);
+    st_->lost.push_back(status.MPI_SOURCE);  // for `settle`: that rank takes none of our messages now
     throw peer_lost(at() + ": rank " + std::to_string(status.MPI_SOURCE) + " failed while rank " +
                     std::to_string(rank_) + " waited" + (peer >= 0 ? " for it" : " in this collective") + ": " + text);
   }
