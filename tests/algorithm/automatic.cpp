@@ -8,6 +8,7 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -21,14 +22,51 @@ namespace {
 using tutti::collective;
 using tutti::config_error;
 using tutti::algo::automatic;
-using choice = automatic::choice;
 constexpr std::size_t K = 1024, M = 1024 * 1024;
 std::size_t idx(collective c) { return static_cast<std::size_t>(c); }
 bool has(const std::string& s, std::string_view part) { return s.find(part) != std::string::npos; }
 
-/// The algorithm `text` picks for (c, bytes) on p ranks without windows or table.
-choice pick(const std::string& text, collective c, std::size_t bytes, int p = 4, std::string* why = nullptr) {
-  return automatic{}.choose(c, bytes, p, automatic::override_table::parse(text), false, std::nullopt, why);
+/// Transports for the plans (declarations only: never made): plain, with windows, and with a
+/// tuning kind of the table.
+using plain = tutti::detail::probe_transport;
+struct window_probe : plain {
+  window_probe sub(std::span<const int>, std::uint64_t) const;
+  bool has_window() const;
+  std::byte* window(int) const;
+  std::size_t window_bytes() const;
+  std::uint64_t phase() const;
+  void post(std::uint64_t, const tutti::fingerprint&);
+  void wait_phase(int, std::uint64_t, const tutti::fingerprint&, bool, const tutti::wait_context&);
+  void wait_all(std::uint64_t, const tutti::fingerprint&, bool, const tutti::wait_context&);
+};
+struct shm_kind : window_probe {
+  static constexpr std::string_view tuning_kind = "shm";
+  shm_kind sub(std::span<const int>, std::uint64_t) const;
+};
+struct tcp_kind : plain {
+  static constexpr std::string_view tuning_kind = "tcp";
+  tcp_kind sub(std::span<const int>, std::uint64_t) const;
+};
+struct inproc_kind : plain {
+  static constexpr std::string_view tuning_kind = "inproc";
+  inproc_kind sub(std::span<const int>, std::uint64_t) const;
+};
+
+/// The algorithm `text` picks for (c, bytes) on p ranks of transport T.
+template <class T = plain>
+std::string_view pick(const std::string& text, collective c, std::size_t bytes, int p = 4, std::string* why = nullptr) {
+  return automatic::names[automatic{}.choose(automatic::make_plan<T>(text, p), c, bytes, why)];
+}
+/// The algorithm automatic runs without TUTTI_ALGO and table: the rule.
+std::string_view rule(collective c, std::size_t bytes, int p = 4) { return pick("", c, bytes, p); }
+
+/// Calls f(T{}) with the probe transport of tuning kind `k`.
+template <class F>
+void with_kind(std::string_view k, F&& f) {
+  if (k == "shm") f(shm_kind{});
+  else if (k == "tcp") f(tcp_kind{});
+  else if (k == "inproc") f(inproc_kind{});
+  else FAIL("tuned table row of unknown kind " << std::string(k));
 }
 
 }  // namespace
@@ -37,22 +75,22 @@ TEST_SUITE_BEGIN("unit");
 
 TEST_CASE("TUTTI_ALGO ranges: every operator, with K/M/G suffixes, picks per size") {
   const std::string t = "all_reduce=ring@>1M,recursive_doubling@<=1M";
-  CHECK(pick(t, collective::all_reduce, 0) == choice::recursive_doubling);
-  CHECK(pick(t, collective::all_reduce, M) == choice::recursive_doubling);
-  CHECK(pick(t, collective::all_reduce, M + 1) == choice::ring);
-  CHECK(pick(t, collective::all_reduce, 64 * M) == choice::ring);
+  CHECK(pick(t, collective::all_reduce, 0) == "recursive_doubling");
+  CHECK(pick(t, collective::all_reduce, M) == "recursive_doubling");
+  CHECK(pick(t, collective::all_reduce, M + 1) == "ring");
+  CHECK(pick(t, collective::all_reduce, 64 * M) == "ring");
 
   const std::string u = "broadcast=tree@<64K, ring@64K..1G ,direct@>=2G";
-  CHECK(pick(u, collective::broadcast, 64 * K - 1) == choice::tree);
-  CHECK(pick(u, collective::broadcast, 64 * K) == choice::ring);
-  CHECK(pick(u, collective::broadcast, std::size_t{1} << 30) == choice::ring);
-  CHECK(pick(u, collective::broadcast, (std::size_t{2} << 30)) == choice::direct);
+  CHECK(pick(u, collective::broadcast, 64 * K - 1) == "tree");
+  CHECK(pick(u, collective::broadcast, 64 * K) == "ring");
+  CHECK(pick(u, collective::broadcast, std::size_t{1} << 30) == "ring");
+  CHECK(pick(u, collective::broadcast, (std::size_t{2} << 30)) == "direct");
   // Between 1G and 2G no range applies: the rule (p 4, >= 256 KiB: ring)
   std::string why;
-  CHECK(pick(u, collective::broadcast, (std::size_t{1} << 30) + 1, 4, &why) == automatic{}.choose(collective::broadcast, (std::size_t{1} << 30) + 1, 4));
+  CHECK(pick(u, collective::broadcast, (std::size_t{1} << 30) + 1, 4, &why) == rule(collective::broadcast, (std::size_t{1} << 30) + 1));
   CHECK(has(why, "rule:"));
   // other collectives are untouched
-  CHECK(pick(u, collective::all_reduce, 100) == automatic{}.choose(collective::all_reduce, 100, 4));
+  CHECK(pick(u, collective::all_reduce, 100) == rule(collective::all_reduce, 100));
 
   const auto table = automatic::override_table::parse("all_gather=direct@4096..8191,ring@8K..16K");
   REQUIRE(table.per_size[idx(collective::all_gather)].size() == 2);
@@ -60,23 +98,28 @@ TEST_CASE("TUTTI_ALGO ranges: every operator, with K/M/G suffixes, picks per siz
   CHECK(table.per_size[idx(collective::all_gather)][0].range.hi == 8191);
   CHECK(table.per_size[idx(collective::all_gather)][1].range.lo == 8 * K);
   CHECK(table.per_size[idx(collective::all_gather)][1].range.hi == 16 * K);
+  // the v-collectives whose sizes every rank knows take ranges too (by their largest block)
+  CHECK(pick("all_gather_v=ring@>=1K,direct@<1K", collective::all_gather_v, 2 * K) == "ring");
+  CHECK(pick("all_gather_v=ring@>=1K,direct@<1K", collective::all_gather_v, 10) == "direct");
 }
 
 TEST_CASE("TUTTI_ALGO: a bare name is the default, collective items and ranges win over it") {
   const std::string t = "tree, all_reduce=ring@>=1M";
-  CHECK(pick(t, collective::all_reduce, M) == choice::ring);
-  CHECK(pick(t, collective::all_reduce, M - 1) == choice::tree);  // uncovered: the bare name
-  CHECK(pick(t, collective::broadcast, 5) == choice::tree);
+  CHECK(pick(t, collective::all_reduce, M) == "ring");
+  CHECK(pick(t, collective::all_reduce, M - 1) == "tree");  // uncovered: the bare name
+  CHECK(pick(t, collective::broadcast, 5) == "tree");
   // all_to_all has no tree schedule: the bare name leaves it to the rule
-  CHECK(pick(t, collective::all_to_all, 5) == automatic{}.choose(collective::all_to_all, 5, 4));
+  CHECK(pick(t, collective::all_to_all, 5) == rule(collective::all_to_all, 5));
   const auto u = automatic::override_table::parse("direct, broadcast=ring");
-  CHECK(u.per_collective[idx(collective::broadcast)] == choice::ring);
-  CHECK(u.per_collective[idx(collective::gather)] == choice::direct);
+  CHECK(automatic::names[*u.per_collective[idx(collective::broadcast)]] == "ring");
+  CHECK(automatic::names[*u.per_collective[idx(collective::gather)]] == "direct");
   std::string why;
   (void)pick("all_reduce=ring@<=4K", collective::all_reduce, 4 * K, 4, &why);
   CHECK(why == "TUTTI_ALGO all_reduce=ring@<=4K");
   (void)pick("broadcast=ring", collective::broadcast, 1, 4, &why);
   CHECK(why == "TUTTI_ALGO broadcast=ring");
+  (void)pick("tree", collective::broadcast, 1, 4, &why);
+  CHECK(why == "TUTTI_ALGO tree");
 }
 
 TEST_CASE("TUTTI_ALGO: malformed values raise config_error quoting the bad part") {
@@ -107,6 +150,7 @@ TEST_CASE("TUTTI_ALGO: malformed values raise config_error quoting the bad part"
       {"all_reduce=automatic@<1K", "'automatic' is the default"},
       {"all_reduce=ring@>99999999999999999999", "too large"},
       {"all_reduce=ring@>99999999999G", "too large"},
+      {"scatter_v=direct@<1K", "takes no size range"},
   };
   for (const auto& b : cases) {
     CAPTURE(b.text);
@@ -123,39 +167,55 @@ TEST_CASE("TUTTI_ALGO: malformed values raise config_error quoting the bad part"
 }
 
 TEST_CASE("automatic precedence: TUTTI_ALGO > tuned table > windows > rule") {
-  const automatic a;
-  const automatic::override_table none{};
   // Every tuned row is honoured for its kind, group size and bytes (unless TUTTI_ALGO says otherwise).
   for (const auto& r : tutti::algo::tuned::rows) {
     if (r.p_lo > r.p_hi || r.p_lo < 2) continue;
     const std::size_t bytes = static_cast<std::size_t>(r.lo);
-    const auto found = automatic::tuned_row(r.k, r.coll, bytes, r.p_lo);
-    REQUIRE(found != nullptr);
-    const bool windows = r.k == tutti::algo::tuned::kind::shm;
-    std::string why;
-    CHECK(a.choose(r.coll, bytes, r.p_lo, none, windows, r.k, &why) == static_cast<choice>(found->a));
-    CHECK(has(why, "tuned table for"));
-    // and a TUTTI_ALGO range covering the size beats the row
-    const auto other = found->a == tutti::algo::tuned::alg::shared_memory ? choice::direct : choice::shared_memory;
-    const auto over = automatic::override_table::parse(std::string(tutti::collective_name(r.coll)) + "=" +
-                                                       std::string(automatic::choice_name(other)) + "@>=0");
-    CHECK(a.choose(r.coll, bytes, r.p_lo, over, windows, r.k, &why) == other);
-    CHECK(has(why, "TUTTI_ALGO "));
+    const std::string coll(tutti::collective_name(r.coll));
+    CAPTURE(coll);
+    CAPTURE(bytes);
+    CAPTURE(r.p_lo);
+    with_kind(r.kind, [&](auto k) {
+      using T = decltype(k);
+      std::string why;
+      CHECK(pick<T>("", r.coll, bytes, r.p_lo, &why) == r.algorithm);
+      CHECK(has(why, "tuned table for " + std::string(r.kind)));
+      // and a TUTTI_ALGO item for the collective beats the row: another candidate that runs it here
+      std::string_view other;
+      for (std::size_t i = 0; i < automatic::candidate_count && other.empty(); ++i)
+        if (automatic::names[i] != r.algorithm && automatic::support<T>[i][idx(r.coll)] && !automatic::explicit_only[i])
+          other = automatic::names[i];
+      if (other.empty()) other = r.algorithm;  // the only candidate here: TUTTI_ALGO still decides
+      const bool sized = tutti::info(r.coll).size != tutti::size_basis::none && tutti::info(r.coll).size != tutti::size_basis::unknown;
+      const std::string over = coll + "=" + std::string(other) + (sized ? "@>=0" : "");
+      CHECK(pick<T>(over, r.coll, bytes, r.p_lo, &why) == other);
+      CHECK(has(why, "TUTTI_ALGO "));
+    });
   }
   // No table for a kind-less transport: windows, then the rule.
   std::string why;
-  CHECK(a.choose(collective::all_reduce, 100, 4, none, true, std::nullopt, &why) == choice::shared_memory);
+  CHECK(pick<window_probe>("", collective::all_reduce, 100, 4, &why) == "shared_memory");
   CHECK(has(why, "shared windows"));
-  CHECK(a.choose(collective::all_reduce, 100, 3, none, false, std::nullopt, &why) == choice::recursive_doubling);
+  CHECK(pick("", collective::all_reduce, 100, 3, &why) == "recursive_doubling");
   CHECK(why == "rule: bytes < 16K -> recursive_doubling");
-  CHECK(a.choose(collective::all_reduce, 64 * K, 3, none, false, std::nullopt, &why) == choice::ring);
+  CHECK(pick("", collective::all_reduce, 64 * K, 3, &why) == "ring");
   CHECK(why == "rule: bytes >= 16K, 3 ranks not a power of two -> ring");
   // TUTTI_ALGO beats the table for every kind
-  const auto over = automatic::override_table::parse("all_reduce=direct@<=1M");
-  for (auto k : {tutti::algo::tuned::kind::shm, tutti::algo::tuned::kind::tcp, tutti::algo::tuned::kind::threads})
-    for (int p : {2, 3, 4, 5}) {
-      CHECK(a.choose(collective::all_reduce, 1000, p, over, true, k, &why) == choice::direct);
-      CHECK(why == "TUTTI_ALGO all_reduce=direct@<=1M");
+  for (int p : {2, 3, 4, 5}) {
+    CHECK(pick<shm_kind>("all_reduce=direct@<=1M", collective::all_reduce, 1000, p, &why) == "direct");
+    CHECK(why == "TUTTI_ALGO all_reduce=direct@<=1M");
+    CHECK(pick<tcp_kind>("all_reduce=direct@<=1M", collective::all_reduce, 1000, p, &why) == "direct");
+    CHECK(pick<inproc_kind>("all_reduce=direct@<=1M", collective::all_reduce, 1000, p, &why) == "direct");
+  }
+  // A row naming an algorithm that is not a candidate is skipped.
+  using no_tree = tutti::algo::automatic_of<tutti::algo::ring, tutti::algo::direct, tutti::algo::shared_memory>;
+  for (const auto& r : tutti::algo::tuned::rows)
+    if (r.kind == "shm" && r.algorithm == "tree" && r.p_lo == 2) {
+      const auto pl = no_tree::make_plan<shm_kind>("", 2);
+      const std::size_t i = no_tree{}.choose(pl, r.coll, static_cast<std::size_t>(r.lo), &why);
+      CHECK(no_tree::names[i] != "tree");
+      CHECK(!has(why, "tuned table"));
+      break;
     }
 }
 
@@ -221,8 +281,7 @@ TEST_CASE("a ranged TUTTI_ALGO picks the algorithm per call size, as explain() a
     });
     CAPTURE(log);
     const std::string ns = " on " + std::to_string(n) + " ranks: ";
-    const automatic a;
-    const std::string rule_2k(automatic::choice_name(a.choose(collective::all_reduce, 2048, n)));
+    const std::string rule_2k(rule(collective::all_reduce, 2048, n));
     const std::string want[] = {"all_reduce of 1024 bytes" + ns + "direct (TUTTI_ALGO all_reduce=direct@<=1K)",
                                 "all_reduce of 2048 bytes" + ns + rule_2k + " (rule: ",
                                 "all_reduce of 8192 bytes" + ns + "ring (TUTTI_ALGO all_reduce=ring@>=4K)"};
@@ -252,7 +311,7 @@ TEST_CASE("explain() on a transport with a tuned table names the table or the ru
   for (const auto& s : lines) {
     CAPTURE(s);
     CHECK(has(s, "broadcast of 307200 bytes on 3 ranks: "));
-    CHECK((has(s, "(tuned table for threads, ") || has(s, "(rule: ")));
+    CHECK((has(s, "(tuned table for inproc, ") || has(s, "(rule: ")));
     CHECK(s == lines[0]);
   }
 }

@@ -7,10 +7,12 @@
 #include <cstddef>
 #include <ostream>  // doctest stringifies std::error_code with it
 #include <string>
+#include <span>
 #include <string_view>
 #include <vector>
 
 #include <tutti/algorithm/automatic.hpp>
+#include <tutti/core/collective.hpp>
 #include <tutti/algorithm/schedule.hpp>
 #include <tutti/core/error.hpp>
 
@@ -19,18 +21,51 @@ TEST_SUITE_BEGIN("unit");
 namespace sch = tutti::schedule;
 using tutti::collective;
 using tutti::algo::automatic;
-using choice = automatic::choice;
 
 namespace {
 
-constexpr collective all_collectives[] = {
-    collective::broadcast,  collective::reduce,     collective::all_reduce,
-    collective::gather,     collective::all_gather, collective::scatter,
-    collective::all_to_all, collective::reduce_scatter, collective::barrier};
+/// Every scheduled collective, from the table.
+const std::vector<collective> all_collectives = [] {
+  std::vector<collective> v;
+  for (std::size_t i = 0; i < tutti::scheduled_count; ++i) v.push_back(static_cast<collective>(i));
+  return v;
+}();
 
 std::size_t idx(collective c) { return static_cast<std::size_t>(c); }
 
+/// A transport with shared windows and no tuned table (declarations only: it is never made).
+struct window_probe : tutti::detail::probe_transport {
+  window_probe sub(std::span<const int>, std::uint64_t) const;
+  bool has_window() const;
+  std::byte* window(int) const;
+  std::size_t window_bytes() const;
+  std::uint64_t phase() const;
+  void post(std::uint64_t, const tutti::fingerprint&);
+  void wait_phase(int, std::uint64_t, const tutti::fingerprint&, bool, const tutti::wait_context&);
+  void wait_all(std::uint64_t, const tutti::fingerprint&, bool, const tutti::wait_context&);
+};
+static_assert(tutti::shared_window<window_probe>);
+using plain = tutti::detail::probe_transport;  // no capability, no tuned table
+
+std::size_t id(std::string_view name) { return automatic::index_of(name).value(); }
+template <class T = plain>
+bool runs(std::string_view name, collective c) {
+  return automatic::support<T>[id(name)][idx(c)];
+}
+/// The name automatic picks for (c, bytes) on p ranks of transport T with TUTTI_ALGO = text.
+template <class T = plain>
+std::string_view pick(std::string_view text, collective c, std::size_t bytes, int p, std::string* why = nullptr,
+                      const automatic& a = {}) {
+  return automatic::names[a.choose(automatic::make_plan<T>(text, p), c, bytes, why)];
+}
+/// The per-collective entry TUTTI_ALGO = text gives c, as a name ("" for none).
+std::string_view entry(const automatic::override_table& t, collective c) {
+  const auto& e = t.per_collective[idx(c)];
+  return e ? automatic::names[*e] : std::string_view();
+}
+
 }  // namespace
+
 
 // ---- mod, block, blocks ---------------------------------------------------------------------
 
@@ -286,61 +321,70 @@ TEST_CASE("override_table::parse: empty text overrides nothing") {
   }
 }
 
-TEST_CASE("override_table::parse: one name applies to every collective the algorithm has") {
-  for (auto a : {choice::ring, choice::tree, choice::recursive_doubling, choice::direct, choice::shared_memory,
-                 choice::native}) {
-    const std::string name(automatic::choice_name(a));
+TEST_CASE("override_table::parse: one name applies to every collective the algorithm has on the transport") {
+  auto check_one = [](auto transport_tag, std::string_view name) {
+    using T = decltype(transport_tag);
     CAPTURE(name);
-    for (const std::string& text : {name, "  " + name + " "}) {
-      const auto t = automatic::override_table::parse(text);
+    for (const std::string& text : {std::string(name), "  " + std::string(name) + " "}) {
+      const auto t = automatic::override_table::parse<T>(text);
       for (auto c : all_collectives) {
         const std::string_view coll = tutti::collective_name(c);
         CAPTURE(coll);
-        if (automatic::supports(a, c)) {
-          REQUIRE(t.per_collective[idx(c)].has_value());
-          CHECK(*t.per_collective[idx(c)] == a);
-        } else {
-          CHECK_FALSE(t.per_collective[idx(c)].has_value());
-        }
+        CHECK(entry(t, c) == (runs<T>(name, c) ? name : std::string_view()));
       }
     }
+  };
+  for (std::string_view name : {"ring", "tree", "recursive_doubling", "direct"}) check_one(plain{}, name);
+  check_one(window_probe{}, "shared_memory");
+  // The support table derived from the candidates' schedules.
+  CHECK(runs("direct", collective::all_to_all));
+  CHECK_FALSE(runs("ring", collective::all_to_all));
+  CHECK_FALSE(runs("tree", collective::all_to_all));
+  CHECK_FALSE(runs("recursive_doubling", collective::gather));
+  CHECK(runs("recursive_doubling", collective::all_reduce));
+  CHECK(runs("tree", collective::scatter));
+  for (auto c : all_collectives) CHECK(runs("direct", c));  // direct has every collective, the v-forms too
+  for (auto c : {collective::all_gather_v, collective::reduce_scatter_v}) CHECK(runs("ring", c));
+  for (auto c : {collective::gather_v, collective::scatter_v, collective::all_to_all_v}) CHECK_FALSE(runs("ring", c));
+  for (auto c : all_collectives) CHECK(runs<window_probe>("shared_memory", c));
+  for (auto c : all_collectives) CHECK_FALSE(runs("shared_memory", c));  // no windows
+  for (auto c : all_collectives) CHECK_FALSE(runs("native", c));         // no collectives of its own
+  for (std::string_view a : {"ring", "tree", "recursive_doubling", "direct"}) {
+    CHECK(runs(a, collective::all_reduce));
+    CHECK(runs(a, collective::barrier));
   }
-  // Sanity of the support table itself.
-  CHECK(automatic::supports(choice::direct, collective::all_to_all));
-  CHECK_FALSE(automatic::supports(choice::ring, collective::all_to_all));
-  CHECK_FALSE(automatic::supports(choice::tree, collective::all_to_all));
-  CHECK_FALSE(automatic::supports(choice::recursive_doubling, collective::gather));
-  CHECK(automatic::supports(choice::recursive_doubling, collective::all_reduce));
-  CHECK(automatic::supports(choice::tree, collective::scatter));
-  for (auto c : all_collectives) CHECK(automatic::supports(choice::shared_memory, c));
-  for (auto c : all_collectives) CHECK(automatic::supports(choice::native, c));
-  for (auto a : {choice::ring, choice::tree, choice::recursive_doubling, choice::direct}) {
-    CHECK(automatic::supports(a, collective::all_reduce));
-    CHECK(automatic::supports(a, collective::barrier));
-  }
+  // algorithm_for<automatic, C, T> is true exactly where a candidate runs C on T.
+  static_assert(tutti::algorithm_for<automatic, collective::all_to_all_v, plain>);
+  static_assert(!tutti::algorithm_for<tutti::algo::automatic_of<tutti::algo::ring, tutti::algo::tree>,
+                                      collective::gather_v, plain>);
+  static_assert(tutti::algorithm_for<tutti::algo::automatic_of<tutti::algo::shared_memory>, collective::gather_v,
+                                     window_probe>);
+  static_assert(!tutti::algorithm_for<tutti::algo::automatic_of<tutti::algo::shared_memory>, collective::gather_v, plain>);
 }
 
 TEST_CASE("override_table::parse: a list of collective-algorithm pairs") {
-  const auto t = automatic::override_table::parse(" all_reduce = ring , broadcast=tree,all_to_all=direct");
-  CHECK(t.per_collective[idx(collective::all_reduce)] == choice::ring);
-  CHECK(t.per_collective[idx(collective::broadcast)] == choice::tree);
-  CHECK(t.per_collective[idx(collective::all_to_all)] == choice::direct);
+  const auto t = automatic::override_table::parse(" all_reduce = ring , broadcast=tree,all_to_all=direct,all_gather_v=ring");
+  CHECK(entry(t, collective::all_reduce) == "ring");
+  CHECK(entry(t, collective::broadcast) == "tree");
+  CHECK(entry(t, collective::all_to_all) == "direct");
+  CHECK(entry(t, collective::all_gather_v) == "ring");
   for (auto c : {collective::reduce, collective::gather, collective::all_gather, collective::scatter,
-                 collective::reduce_scatter, collective::barrier})
+                 collective::reduce_scatter, collective::barrier, collective::gather_v})
     CHECK_FALSE(t.per_collective[idx(c)].has_value());
 
   const auto one = automatic::override_table::parse("barrier=recursive_doubling");
-  CHECK(one.per_collective[idx(collective::barrier)] == choice::recursive_doubling);
+  CHECK(entry(one, collective::barrier) == "recursive_doubling");
   CHECK_FALSE(one.per_collective[idx(collective::all_reduce)].has_value());
 }
 
 namespace {
-/// parse(text) raises config_error whose message contains every needle.
+/// parse(text) on transport T raises config_error whose message contains every needle.
+template <class T = plain>
 void expect_config_error(std::string_view text, std::initializer_list<std::string_view> needles) {
   CAPTURE(text);
   bool thrown = false;
   try {
-    (void)automatic::override_table::parse(text);
+    (void)automatic::override_table::parse<T>(text);
   } catch (const tutti::config_error& e) {
     thrown = true;
     const std::string what = e.what();
@@ -357,97 +401,141 @@ void expect_config_error(std::string_view text, std::initializer_list<std::strin
 }  // namespace
 
 TEST_CASE("override_table::parse rejects malformed values with config_error") {
-  expect_config_error("rign", {"rign"});                                   // unknown algorithm
+  expect_config_error("rign", {"rign", "expected ring, tree, recursive_doubling, direct, shared_memory or native"});
   expect_config_error("automatic", {"automatic"});                         // not a concrete one
   expect_config_error("all_reduce=bogus", {"bogus"});                      // unknown algorithm in a list
-  expect_config_error("allreduce=ring", {"allreduce"});                    // unknown collective
+  expect_config_error("allreduce=ring", {"allreduce", "reduce_scatter_v"});  // unknown collective, the list named
   expect_config_error("send/recv=direct", {"send/recv"});                  // not overridable
   expect_config_error("all_to_all=ring", {"ring", "all_to_all"});          // no such schedule
+  expect_config_error("gather_v=ring", {"ring", "gather_v"});
   expect_config_error("gather=recursive_doubling", {"recursive_doubling", "gather"});
   expect_config_error("all_reduce=ring,all_reduce=tree", {"all_reduce", "twice"});  // duplicate
   expect_config_error("all_reduce=ring,tree", {"tree"});                   // missing '=' in a list
   expect_config_error("all_reduce=ring,,broadcast=tree", {});              // empty item in a list
   expect_config_error("=ring", {});                                        // empty collective
   expect_config_error("all_reduce=", {});                                  // empty algorithm
+  // A capability the transport lacks.
+  expect_config_error("shared_memory", {"shared_memory", "shared windows", "has none"});
+  expect_config_error("all_reduce=native", {"native", "collectives of its own"});
+  // Sizes not every rank knows take no ranges.
+  expect_config_error("gather_v=direct@<1K", {"gather_v", "no size range"});
+  expect_config_error("all_to_all_v=direct@>=0", {"all_to_all_v", "no size range"});
+  expect_config_error("barrier=direct@>=0", {"barrier", "no size range"});
+  // shared_memory is fine where there are windows.
+  CHECK(entry(automatic::override_table::parse<window_probe>("all_reduce=shared_memory"), collective::all_reduce) ==
+        "shared_memory");
 }
 
 // ---- the automatic rule ---------------------------------------------------------------------
 
-TEST_CASE("automatic::choose follows the documented rule") {
-  const automatic a{};
+TEST_CASE("automatic follows the documented rule where neither TUTTI_ALGO nor a table decides") {
   constexpr std::size_t KiB = 1024;
-  // all_to_all, reduce_scatter, barrier: fixed.
+  auto rule = [](collective c, std::size_t bytes, int p) { return pick("", c, bytes, p); };
+  // all_to_all, reduce_scatter, barrier and the v-forms without sizes: fixed.
   for (int p : {2, 3, 8, 9})
     for (std::size_t bytes : {std::size_t{0}, 4 * KiB, 1024 * KiB}) {
-      CHECK(a.choose(collective::all_to_all, bytes, p) == choice::direct);
-      CHECK(a.choose(collective::reduce_scatter, bytes, p) == choice::ring);
-      CHECK(a.choose(collective::barrier, bytes, p) == choice::recursive_doubling);
+      CHECK(rule(collective::all_to_all, bytes, p) == "direct");
+      CHECK(rule(collective::reduce_scatter, bytes, p) == "ring");
+      CHECK(rule(collective::reduce_scatter_v, bytes, p) == "ring");
+      CHECK(rule(collective::barrier, bytes, p) == "recursive_doubling");
+      for (auto c : {collective::gather_v, collective::scatter_v, collective::all_to_all_v}) CHECK(rule(c, bytes, p) == "direct");
     }
   // all_reduce: small -> recursive doubling; large -> rd on powers of two, ring otherwise.
-  CHECK(a.choose(collective::all_reduce, 1 * KiB, 3) == choice::recursive_doubling);
-  CHECK(a.choose(collective::all_reduce, 16 * KiB - 1, 3) == choice::recursive_doubling);
-  CHECK(a.choose(collective::all_reduce, 16 * KiB, 3) == choice::ring);
-  CHECK(a.choose(collective::all_reduce, 1024 * KiB, 6) == choice::ring);
-  CHECK(a.choose(collective::all_reduce, 1024 * KiB, 8) == choice::recursive_doubling);
+  CHECK(rule(collective::all_reduce, 1 * KiB, 3) == "recursive_doubling");
+  CHECK(rule(collective::all_reduce, 16 * KiB - 1, 3) == "recursive_doubling");
+  CHECK(rule(collective::all_reduce, 16 * KiB, 3) == "ring");
+  CHECK(rule(collective::all_reduce, 1024 * KiB, 6) == "ring");
+  CHECK(rule(collective::all_reduce, 1024 * KiB, 8) == "recursive_doubling");
   // broadcast / reduce: tree unless large on more than two ranks.
-  CHECK(a.choose(collective::broadcast, 1 * KiB, 9) == choice::tree);
-  CHECK(a.choose(collective::broadcast, 1024 * KiB, 2) == choice::tree);
-  CHECK(a.choose(collective::broadcast, 1024 * KiB, 3) == choice::ring);
-  CHECK(a.choose(collective::reduce, 256 * KiB, 4) == choice::ring);
-  CHECK(a.choose(collective::reduce, 256 * KiB - 1, 4) == choice::tree);
+  CHECK(rule(collective::broadcast, 1 * KiB, 9) == "tree");
+  CHECK(rule(collective::broadcast, 1024 * KiB, 2) == "tree");
+  CHECK(rule(collective::broadcast, 1024 * KiB, 3) == "ring");
+  CHECK(rule(collective::reduce, 256 * KiB, 4) == "ring");
+  CHECK(rule(collective::reduce, 256 * KiB - 1, 4) == "tree");
   // gather / scatter by total bytes.
-  CHECK(a.choose(collective::gather, 1 * KiB, 4) == choice::tree);
-  CHECK(a.choose(collective::gather, 16 * KiB, 4) == choice::direct);
-  CHECK(a.choose(collective::scatter, 16 * KiB - 1, 4) == choice::tree);
-  CHECK(a.choose(collective::scatter, 64 * KiB, 1) == choice::direct);
-  // all_gather by total bytes.
-  CHECK(a.choose(collective::all_gather, 1 * KiB, 4) == choice::recursive_doubling);
-  CHECK(a.choose(collective::all_gather, 32 * KiB, 4) == choice::ring);
+  CHECK(rule(collective::gather, 1 * KiB, 4) == "tree");
+  CHECK(rule(collective::gather, 16 * KiB, 4) == "direct");
+  CHECK(rule(collective::scatter, 16 * KiB - 1, 4) == "tree");
+  CHECK(rule(collective::scatter, 64 * KiB, 1) == "direct");
+  // all_gather by total bytes, all_gather_v by the largest block times p.
+  CHECK(rule(collective::all_gather, 1 * KiB, 4) == "recursive_doubling");
+  CHECK(rule(collective::all_gather, 32 * KiB, 4) == "ring");
+  CHECK(rule(collective::all_gather_v, 1 * KiB, 4) == "direct");
+  CHECK(rule(collective::all_gather_v, 32 * KiB, 4) == "ring");
 }
 
-TEST_CASE("automatic::choose only picks algorithms that have the collective and honours overrides") {
-  const automatic a{};
+TEST_CASE("automatic only picks candidates that have the collective, and honours TUTTI_ALGO") {
   for (auto c : all_collectives)
     for (int p = 1; p <= 17; ++p)
       for (std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{4096}, std::size_t{16384},
                                 std::size_t{65536}, std::size_t{262144}, std::size_t{1} << 24}) {
-        const auto ch = a.choose(c, bytes, p);
         const std::string_view coll = tutti::collective_name(c);
         CAPTURE(coll);
         CAPTURE(p);
         CAPTURE(bytes);
-        REQUIRE(automatic::supports(ch, c));
+        REQUIRE(runs(pick("", c, bytes, p), c));
+        REQUIRE(runs<window_probe>(pick<window_probe>("", c, bytes, p), c));
       }
-  const auto t = automatic::override_table::parse("all_reduce=direct,broadcast=ring");
   for (bool windows : {false, true}) {
     CAPTURE(windows);
-    CHECK(a.choose(collective::all_reduce, 10, 4, t, windows) == choice::direct);
-    CHECK(a.choose(collective::broadcast, 10, 4, t, windows) == choice::ring);
+    auto p = [&](collective c) {
+      return windows ? pick<window_probe>("all_reduce=direct,broadcast=ring", c, 10, 4)
+                     : pick("all_reduce=direct,broadcast=ring", c, 10, 4);
+    };
+    CHECK(p(collective::all_reduce) == "direct");
+    CHECK(p(collective::broadcast) == "ring");
   }
   // Not overridden: the rule, or shared_memory on a transport with windows.
-  CHECK(a.choose(collective::gather, 10, 4, t, false) == a.choose(collective::gather, 10, 4));
-  CHECK(a.choose(collective::gather, 10, 4, t, true) == choice::shared_memory);
-  const automatic::override_table none{};
+  CHECK(pick("all_reduce=direct", collective::gather, 10, 4) == pick("", collective::gather, 10, 4));
+  CHECK(pick<window_probe>("all_reduce=direct", collective::gather, 10, 4) == "shared_memory");
   for (auto c : all_collectives) {
-    CHECK(a.choose(c, 1 << 20, 6, none, true) == choice::shared_memory);
-    CHECK(a.choose(c, 1 << 20, 6, none, false) == a.choose(c, 1 << 20, 6));
+    CHECK(pick<window_probe>("", c, 1 << 20, 6) == "shared_memory");
+    CHECK(pick("", c, 100, 6) != "shared_memory");  // it needs a transport with windows
   }
-  // The 3-argument rule never picks shared_memory (it needs a transport with windows).
-  for (auto c : all_collectives)
-    for (int p = 1; p <= 9; ++p) CHECK(a.choose(c, 100, p) != choice::shared_memory);
   // The thresholds are knobs.
   automatic b{};
   b.small_all_reduce_bytes = 0;
-  CHECK(b.choose(collective::all_reduce, 1, 3) == choice::ring);
-  // visit hands out the concrete object.
-  CHECK(a.visit(choice::ring, [](const auto& x) { return std::string(x.name); }) == "ring");
-  CHECK(a.visit(choice::direct, [](const auto& x) { return std::string(x.name); }) == "direct");
-  CHECK(automatic::choice_name(choice::recursive_doubling) == "recursive_doubling");
-  CHECK(automatic::choice_name(choice::shared_memory) == "shared_memory");
-  // Every choice name parses back to its choice.
-  for (auto c : {choice::ring, choice::tree, choice::recursive_doubling, choice::direct, choice::shared_memory}) {
-    const auto table = automatic::override_table::parse("barrier=" + std::string(automatic::choice_name(c)));
-    CHECK(table.per_collective[idx(collective::barrier)] == c);
+  CHECK(pick("", collective::all_reduce, 1, 3, nullptr, b) == "ring");
+  // visit hands out the candidate object, with its knobs.
+  automatic a{};
+  a.get<tutti::algo::ring>().chunk_bytes = 12345;
+  CHECK(a.visit(id("ring"), [](const auto& x) { return std::string(x.name); }) == "ring");
+  CHECK(a.visit(id("direct"), [](const auto& x) { return std::string(x.name); }) == "direct");
+  CHECK(a.get<tutti::algo::ring>().chunk_bytes == 12345);
+  // Every candidate name parses back to its index.
+  for (std::string_view n : {"ring", "tree", "recursive_doubling", "direct"}) {
+    const auto table = automatic::override_table::parse("barrier=" + std::string(n));
+    CHECK(entry(table, collective::barrier) == n);
+  }
+}
+
+namespace {
+struct star {
+  static constexpr std::string_view name = "star";
+  template <class Ch, class T, class M, class Op>
+  void all_reduce(Ch&, tutti::view<T, M>, const Op&) const {}
+};
+}  // namespace
+
+TEST_CASE("automatic_of: a user's algorithm joins the candidates and TUTTI_ALGO names it") {
+  using mine = tutti::algo::automatic_of<tutti::algo::ring, star>;
+  static_assert(tutti::algorithm_for<mine, collective::all_reduce>);
+  static_assert(tutti::algorithm_for<mine, collective::broadcast>);  // ring's
+  static_assert(!tutti::algorithm_for<mine, collective::all_to_all>);
+  CHECK(mine::names[mine::index_of("star").value()] == "star");
+  const mine m{};
+  std::string why;
+  CHECK(mine::names[m.choose(mine::make_plan<plain>("all_reduce=star", 4), collective::all_reduce, 100, &why)] == "star");
+  CHECK(why == "TUTTI_ALGO all_reduce=star");
+  // The rule's pick (recursive_doubling) is not a candidate: the first one that has it (ring).
+  CHECK(mine::names[m.choose(mine::make_plan<plain>("", 4), collective::all_reduce, 100, &why)] == "ring");
+  CHECK(why.find("not a candidate") != std::string::npos);
+  // star has no broadcast
+  try {
+    (void)mine::override_table::parse("broadcast=star");
+    FAIL_CHECK("no config_error");
+  } catch (const tutti::config_error& e) {
+    CHECK(std::string(e.what()).find("star has no broadcast schedule") != std::string::npos);
   }
 }
 

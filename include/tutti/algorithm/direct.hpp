@@ -10,6 +10,9 @@
 /// - all_gather: pairwise, (p−1)·(α + n·β); reduce_scatter: pairwise, (p−1)·(α + n/p·(β + γ))
 /// - all_reduce: pairwise reduce-scatter + pairwise all-gather, 2(p−1)·α + 2n(p−1)/p·β
 /// - barrier: everyone reports to rank 0, rank 0 releases everyone
+/// - the v-collectives: the same schedules with a count per rank (all_gather_v, all_to_all_v,
+///   reduce_scatter_v pairwise; gather_v, scatter_v linear at the root); every message carries
+///   one block, so its size is checked where it arrives against the receiver's count for it.
 #pragma once
 
 #include <cstddef>
@@ -110,6 +113,67 @@ struct direct {
     }
   }
 
+  // ---- the v-collectives --------------------------------------------------------------------
+
+  template <class Ch, class T, class M>
+  void all_gather_v(Ch& ch, view<const T, M> in, view<T, M> out, const block_counts& b) const {
+    const int p = ch.size(), r = ch.rank();
+    ch.copy(in, block_of(out, b, r));
+    for (int s = 1; s < p; ++s) {
+      const int to = schedule::mod(r + s, p), from = schedule::mod(r - s, p);
+      auto label = ch.block(from);
+      ch.sendrecv(to, in, from, block_of(out, b, from));
+    }
+  }
+
+  template <class Ch, class T, class M>
+  void gather_v(Ch& ch, view<const T, M> in, view<T, M> out, const block_counts& b, int root) const {
+    const int p = ch.size(), r = ch.rank();
+    if (r != root) return ch.send(root, in);
+    ch.copy(in, block_of(out, b, r));
+    for (int i = 1; i < p; ++i) {
+      const int from = schedule::mod(root + i, p);
+      auto label = ch.block(from);
+      ch.recv(from, block_of(out, b, from));
+    }
+  }
+
+  template <class Ch, class T, class M>
+  void scatter_v(Ch& ch, view<const T, M> in, const block_counts& b, view<T, M> out, int root) const {
+    const int p = ch.size(), r = ch.rank();
+    if (r != root) {
+      auto label = ch.block(r);
+      return ch.recv(root, out);
+    }
+    for (int i = 1; i < p; ++i) {
+      const int to = schedule::mod(root + i, p);
+      ch.send(to, block_of(in, b, to));
+    }
+    ch.copy(block_of(in, b, r), out);
+  }
+
+  template <class Ch, class T, class M>
+  void all_to_all_v(Ch& ch, view<const T, M> in, const block_counts& send, view<T, M> out,
+                    const block_counts& recv) const {
+    const int p = ch.size(), r = ch.rank();
+    ch.copy(block_of(in, send, r), block_of(out, recv, r));
+    for (int s = 1; s < p; ++s) {
+      const int to = schedule::mod(r + s, p), from = schedule::mod(r - s, p);
+      auto label = ch.block(from);
+      ch.sendrecv(to, block_of(in, send, to), from, block_of(out, recv, from));
+    }
+  }
+
+  template <class Ch, class T, class M, class Op>
+  void reduce_scatter_v(Ch& ch, view<const T, M> in, view<T, M> out, const block_counts& b, const Op& op) const {
+    const int p = ch.size(), r = ch.rank();
+    auto label = ch.block(r);
+    for (int s = 1; s < p; ++s) {
+      const int to = schedule::mod(r + s, p), from = schedule::mod(r - s, p);
+      ch.sendrecv_reduce(to, block_of(in, b, to), from, s == 1 ? block_of(in, b, r) : view<const T, M>(out), out, op);
+    }
+  }
+
   template <class Ch>
   void barrier(Ch& ch) const {
     const int p = ch.size(), r = ch.rank();
@@ -127,6 +191,11 @@ struct direct {
   static view<T, M> block(view<T, M> v, int b, std::size_t blk) {
     return v.subview(static_cast<std::size_t>(b) * blk, blk);
   }
+  /// Rank b's block of a v-collective's buffer.
+  template <class T, class M>
+  static view<T, M> block_of(view<T, M> v, const block_counts& c, int b) {
+    return v.subview(c.offset(b), c.count(b));
+  }
   /// An empty view in the channel's memory: a message that carries only its fingerprint.
   template <class Ch, class T>
   static typename Ch::template view_type<T> none() {
@@ -136,5 +205,6 @@ struct direct {
 
 static_assert(algorithm<direct>);
 static_assert(algorithm_for<direct, collective::all_to_all>);
+static_assert(algorithm_for<direct, collective::all_to_all_v> && algorithm_for<direct, collective::gather_v>);
 
 }  // namespace tutti::algo

@@ -26,10 +26,13 @@
 #pragma once
 
 #include <concepts>
+#include <climits>
 #include <cstddef>
 #include <string_view>
 
 #include "tutti/algorithm/algorithm.hpp"
+#include "tutti/algorithm/direct.hpp"
+#include "tutti/core/counts.hpp"
 #include "tutti/op/ops.hpp"
 #include "tutti/transport/capabilities.hpp"
 
@@ -111,6 +114,52 @@ struct native {
     ch.transport().native_reduce_scatter(in.data(), out.data(), out.size(), op, ch.fp(), ch.wait(), blocking);
   }
 
+  // The v-collectives: MPI's own (MPI_Iallgatherv, MPI_Igatherv, MPI_Iscatterv, MPI_Ialltoallv,
+  // MPI_Ireduce_scatter), whose counts and displacements are ints. Where a count or an offset of
+  // some rank exceeds that, every rank runs tutti's `direct` schedule instead: the fingerprint
+  // agreement, which the v-collectives always make (`check_fingerprint` or not), tells every rank
+  // whether any rank's do.
+
+  template <class Ch, class T>
+    requires native_collectives<typename Ch::transport_type>
+  void all_gather_v(Ch& ch, view<const T> in, view<T> out, const block_counts& b) const {
+    if (ch.transport().native_agree(ch.fp(), ch.wait(), blocking, too_large(b)))
+      return direct{}.all_gather_v(ch, in, out, b);
+    ch.transport().native_all_gather_v(in.data(), out.data(), b, ch.fp(), ch.wait(), blocking);
+  }
+
+  template <class Ch, class T>
+    requires native_collectives<typename Ch::transport_type>
+  void gather_v(Ch& ch, view<const T> in, view<T> out, const block_counts& b, int root) const {
+    if (ch.transport().native_agree(ch.fp(), ch.wait(), blocking, too_large(b) || too_large(in.size())))
+      return direct{}.gather_v(ch, in, out, b, root);
+    ch.transport().native_gather_v(in.data(), in.size(), out.data(), b, root, ch.fp(), ch.wait(), blocking);
+  }
+
+  template <class Ch, class T>
+    requires native_collectives<typename Ch::transport_type>
+  void scatter_v(Ch& ch, view<const T> in, const block_counts& b, view<T> out, int root) const {
+    if (ch.transport().native_agree(ch.fp(), ch.wait(), blocking, too_large(b) || too_large(out.size())))
+      return direct{}.scatter_v(ch, in, b, out, root);
+    ch.transport().native_scatter_v(in.data(), b, out.data(), out.size(), root, ch.fp(), ch.wait(), blocking);
+  }
+
+  template <class Ch, class T>
+    requires native_collectives<typename Ch::transport_type>
+  void all_to_all_v(Ch& ch, view<const T> in, const block_counts& send, view<T> out, const block_counts& recv) const {
+    if (ch.transport().native_agree(ch.fp(), ch.wait(), blocking, too_large(send) || too_large(recv)))
+      return direct{}.all_to_all_v(ch, in, send, out, recv);
+    ch.transport().native_all_to_all_v(in.data(), send, out.data(), recv, ch.fp(), ch.wait(), blocking);
+  }
+
+  template <class Ch, class T, class Op>
+    requires native_collectives<typename Ch::transport_type>
+  void reduce_scatter_v(Ch& ch, view<const T> in, view<T> out, const block_counts& b, const Op& op) const {
+    if (ch.transport().native_agree(ch.fp(), ch.wait(), blocking, too_large(b)))
+      return direct{}.reduce_scatter_v(ch, in, out, b, op);
+    ch.transport().native_reduce_scatter_v(in.data(), out.data(), b, op, ch.fp(), ch.wait(), blocking);
+  }
+
   template <class Ch>
     requires native_collectives<typename Ch::transport_type>
   void barrier(Ch& ch) const {
@@ -119,6 +168,10 @@ struct native {
   }
 
  private:
+  /// Whether a count, or counts with their offsets and total, exceed MPI's int.
+  static bool too_large(std::size_t n) noexcept { return n > static_cast<std::size_t>(INT_MAX); }
+  static bool too_large(const block_counts& b) noexcept { return too_large(b.total); }
+
   template <class Ch>
   void agree(Ch& ch) const {
     if (check_fingerprint) ch.transport().native_agree(ch.fp(), ch.wait(), blocking);
@@ -126,6 +179,7 @@ struct native {
 };
 
 static_assert(algorithm<native>);
+static_assert(!algorithm_for<native, collective::all_reduce>);  // only on transports with collectives of their own
 
 }  // namespace algo
 }  // namespace tutti

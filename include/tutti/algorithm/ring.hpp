@@ -11,6 +11,8 @@
 /// - broadcast: a pipelined chain root → root+1 → … : (p−1+k−1)·α + n·β·(1 + (p−2)/k), k pieces
 /// - reduce: the same chain, reversed, ending at the root; inner ranks accumulate in scratch
 /// - barrier: p−1 rounds of empty messages to the next rank
+/// - all_gather_v, reduce_scatter_v: the same rings with a count per rank, pieces cut from the
+///   largest block: (p−1)·α·pieces + (total − own)·β (+ γ)
 #pragma once
 
 #include <cstddef>
@@ -88,6 +90,41 @@ struct ring {
   }
 
   template <class Ch, class T, class M>
+  void all_gather_v(Ch& ch, view<const T, M> in, view<T, M> out, const block_counts& b) const {
+    const int p = ch.size(), r = ch.rank(), next = schedule::mod(r + 1, p), prev = schedule::mod(r - 1, p);
+    ch.copy(in, out.subview(b.offset(r), b.count(r)));
+    const std::size_t k = pieces_for<T>(b.largest);
+    auto piece = [&](int blk, std::size_t i) { return sub(out, {b.offset(blk), b.offset(blk) + b.count(blk)}, k, i); };
+    // Step s: pass block r-s on, receive block r-s-1 (one message a block when it is one piece,
+    // so a block that disagrees is named by its count).
+    for (int s = 0; s + 1 < p; ++s) {
+      const int sb = schedule::ring_ag_send_block(r, p, s), rb = schedule::ring_ag_recv_block(r, p, s);
+      auto label = ch.block(k == 1 ? rb : -1);
+      for (std::size_t i = 0; i < k; ++i) ch.sendrecv(next, as_const(piece(sb, i)), prev, piece(rb, i));
+    }
+  }
+
+  template <class Ch, class T, class M, class Op>
+  void reduce_scatter_v(Ch& ch, view<const T, M> in, view<T, M> out, const block_counts& b, const Op& op) const {
+    const int p = ch.size(), r = ch.rank(), next = schedule::mod(r + 1, p), prev = schedule::mod(r - 1, p);
+    const std::size_t k = pieces_for<T>(b.largest);
+    // As reduce_scatter: partials travel through two scratch blocks used in turn, sized for the
+    // largest block; step s sends the partial of block r-s-1 and folds block r-s-2 into its own.
+    view<T, M> acc[2] = {ch.template scratch<T>(0, b.largest), ch.template scratch<T>(1, b.largest)};
+    auto whole = [&](int blk) { return in.subview(b.offset(blk), b.count(blk)); };
+    for (int s = 0; s + 1 < p; ++s) {
+      const int sb = schedule::ring_rs_send_block(r, p, s), rb = schedule::ring_rs_recv_block(r, p, s);
+      view<const T, M> src = s == 0 ? whole(sb) : as_const(acc[(s - 1) % 2].subview(0, b.count(sb)));
+      view<T, M> dst = s + 2 == p ? out : acc[s % 2].subview(0, b.count(rb));  // the last step lands block r in `out`
+      const schedule::range send_all{0, b.count(sb)}, recv_all{0, b.count(rb)};
+      auto label = ch.block(k == 1 ? rb : -1);
+      for (std::size_t i = 0; i < k; ++i)
+        ch.sendrecv_reduce(next, sub(src, send_all, k, i), prev, sub(whole(rb), recv_all, k, i),
+                           sub(dst, recv_all, k, i), op);
+    }
+  }
+
+  template <class Ch, class T, class M>
   void broadcast(Ch& ch, view<T, M> buf, int root) const {
     const int p = ch.size(), r = ch.rank();
     const int vr = schedule::mod(r - root, p), next = schedule::mod(r + 1, p),
@@ -158,5 +195,6 @@ struct ring {
 static_assert(algorithm<ring>);
 static_assert(algorithm_for<ring, collective::all_reduce>);
 static_assert(!algorithm_for<ring, collective::all_to_all>);
+static_assert(algorithm_for<ring, collective::all_gather_v> && !algorithm_for<ring, collective::gather_v>);
 
 }  // namespace tutti::algo

@@ -28,6 +28,12 @@
 /// where peers' memory is readable: no windows; each rank reads the blocks it needs straight from
 /// their owners' buffers (see `single_copy_blocks`).
 ///
+/// The v-collectives run the same schedules with a count per rank, chunked by the largest block;
+/// gather_v, scatter_v and all_to_all_v first publish the counts only some ranks know (one phase)
+/// and check them where they meet; all_gather_v, gather_v, scatter_v and all_to_all_v read
+/// straight from the owners where the largest block reaches `single_copy_block_bytes`. Host
+/// memory only (the windows are).
+///
 /// On a communicator without windows (a sub-group), each collective runs the point-to-point
 /// schedule `automatic` would pick instead.
 #pragma once
@@ -38,7 +44,9 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 #if defined(__AVX2__) || defined(__SSE2__)
 #include <immintrin.h>
 #endif
@@ -49,6 +57,7 @@
 #include "tutti/algorithm/ring.hpp"
 #include "tutti/algorithm/schedule.hpp"
 #include "tutti/algorithm/tree.hpp"
+#include "tutti/core/counts.hpp"
 #include "tutti/op/kernels.hpp"
 #include "tutti/transport/capabilities.hpp"
 
@@ -298,6 +307,137 @@ struct shared_memory {
     });
   }
 
+  // ---- the v-collectives ------------------------------------------------------------------------
+  // Chunks are cut from the largest block, so every rank runs the same phases. Where a rank does
+  // not know every count (gather_v, scatter_v: the root's; all_to_all_v: each rank its own row),
+  // a first phase publishes them in the slots (`share_counts`, `share_rows`), and each rank checks
+  // the others' against its own: a disagreement names both ranks and both counts.
+
+  template <class Ch, class T>
+    requires shared_window<typename Ch::transport_type>
+  void all_gather_v(Ch& ch, view<const T> in, view<T> out, const block_counts& b) const {
+    if (!ch.transport().has_window()) return ring{}.all_gather_v(ch, in, out, b);
+    phases<Ch> ph(ch);
+    const int p = ch.size(), me = ch.rank();
+    if (reads_blocks(ph, b.largest * sizeof(T)))
+      return single_copy_blocks(ph, in, true, [&](auto& read) {
+        for (int r = 0; r < p; ++r) read(r, 0, b.count(r) * sizeof(T), out.data() + b.offset(r));
+      }, [&] { move_own(out.data() + b.offset(me), in.data(), b.count(me)); });
+    for_each_chunk(b.largest, ph.template elems<T>(1), [&](std::size_t at, std::size_t m) {
+      const auto g = ph.begin();
+      copy_in(ph.mine(g), in.data() + at, part(b.count(me), at, m) * sizeof(T));
+      ph.post(g);
+      ph.wait_all(g);
+      for (int r = 0; r < p; ++r)
+        copy_out(out.data() + b.offset(r) + at, ph.slot(r, g), part(b.count(r), at, m) * sizeof(T));
+    });
+  }
+
+  template <class Ch, class T, class Op>
+    requires shared_window<typename Ch::transport_type>
+  void reduce_scatter_v(Ch& ch, view<const T> in, view<T> out, const block_counts& b, const Op& op) const {
+    if (!ch.transport().has_window()) return ring{}.reduce_scatter_v(ch, in, out, b, op);
+    phases<Ch> ph(ch);
+    const int p = ch.size(), me = ch.rank();
+    for_each_chunk(b.largest, ph.template elems<T>(p), [&](std::size_t at, std::size_t m) {
+      const auto g = ph.begin();
+      for (int j = 0; j < p; ++j)
+        copy_in(ph.mine(g) + static_cast<std::size_t>(j) * m * sizeof(T), in.data() + b.offset(j) + at,
+                part(b.count(j), at, m) * sizeof(T));
+      ph.post(g);
+      ph.wait_all(g);
+      reduce_slots<T>(ph, g, static_cast<std::size_t>(me) * m, out.data() + at, part(b.count(me), at, m), op);
+    });
+  }
+
+  template <class Ch, class T>
+    requires shared_window<typename Ch::transport_type>
+  void gather_v(Ch& ch, view<const T> in, view<T> out, const block_counts& b, int root) const {
+    if (!ch.transport().has_window() || !fits_table(ch, 1)) return direct{}.gather_v(ch, in, out, b, root);
+    phases<Ch> ph(ch);
+    const int p = ch.size(), me = ch.rank();
+    const bool at_root = me == root;
+    const auto counts = share_counts(ch, ph, root, b, in.size(), "in");
+    const std::size_t largest = *std::max_element(counts.begin(), counts.end());
+    if (reads_blocks(ph, largest * sizeof(T)))
+      return single_copy_blocks(ph, in, true, [&](auto& read) {
+        if (at_root)
+          for (int r = 0; r < p; ++r) read(r, 0, b.count(r) * sizeof(T), out.data() + b.offset(r));
+      }, [&] { if (at_root) move_own(out.data() + b.offset(me), in.data(), b.count(me)); });
+    for_each_chunk(largest, ph.template elems<T>(1), [&](std::size_t at, std::size_t m) {
+      const auto g = ph.begin();
+      copy_in(ph.mine(g), in.data() + at, part(in.size(), at, m) * sizeof(T));
+      ph.post(g);
+      if (!at_root) return;
+      ph.wait_all(g);
+      for (int r = 0; r < p; ++r)
+        copy_out(out.data() + b.offset(r) + at, ph.slot(r, g), part(b.count(r), at, m) * sizeof(T));
+    });
+  }
+
+  template <class Ch, class T>
+    requires shared_window<typename Ch::transport_type>
+  void scatter_v(Ch& ch, view<const T> in, const block_counts& b, view<T> out, int root) const {
+    if (!ch.transport().has_window() || !fits_table(ch, 1)) return direct{}.scatter_v(ch, in, b, out, root);
+    phases<Ch> ph(ch);
+    const int p = ch.size(), me = ch.rank();
+    const auto counts = share_counts(ch, ph, root, b, out.size(), "out");
+    std::size_t largest = 0, offset = 0;
+    for (int r = 0; r < p; ++r) {
+      if (r < me) offset += counts[static_cast<std::size_t>(r)];
+      largest = std::max<std::size_t>(largest, counts[static_cast<std::size_t>(r)]);
+    }
+    if (reads_blocks(ph, largest * sizeof(T)))
+      return single_copy_blocks(ph, in, me == root, [&](auto& read) {
+        read(root, offset * sizeof(T), out.size_bytes(), out.data());
+      }, [&] { if (me == root) move_own(out.data(), in.data() + offset, out.size()); });
+    for_each_chunk(largest, ph.template elems<T>(p), [&](std::size_t at, std::size_t m) {
+      const auto g = ph.begin();
+      if (me == root)
+        for (int j = 0; j < p; ++j)
+          copy_in(ph.mine(g) + static_cast<std::size_t>(j) * m * sizeof(T), in.data() + b.offset(j) + at,
+                  part(b.count(j), at, m) * sizeof(T));
+      ph.post(g);
+      if (me != root) ph.wait(root, g);
+      else ph.confirm_root(g, at + m >= largest);
+      copy_out(out.data() + at, ph.slot(root, g) + static_cast<std::size_t>(me) * m * sizeof(T),
+               part(out.size(), at, m) * sizeof(T));
+    });
+  }
+
+  template <class Ch, class T>
+    requires shared_window<typename Ch::transport_type>
+  void all_to_all_v(Ch& ch, view<const T> in, const block_counts& send, view<T> out, const block_counts& recv) const {
+    if (!ch.transport().has_window() || !fits_table(ch, ch.size())) return direct{}.all_to_all_v(ch, in, send, out, recv);
+    phases<Ch> ph(ch);
+    const int p = ch.size(), me = ch.rank();
+    const auto P = static_cast<std::size_t>(p);
+    // rows[i * p + j]: rank i's send_counts[j]
+    const auto rows = share_rows(ch, ph, send, recv);
+    std::size_t largest = 0;
+    for (std::size_t v : rows) largest = std::max(largest, v);
+    auto offset_in = [&](int i) {  // where rank i's block for this rank starts in its input
+      std::size_t at = 0;
+      for (int j = 0; j < me; ++j) at += rows[static_cast<std::size_t>(i) * P + static_cast<std::size_t>(j)];
+      return at;
+    };
+    if (reads_blocks(ph, largest * sizeof(T)))
+      return single_copy_blocks(ph, in, true, [&](auto& read) {
+        for (int r = 0; r < p; ++r) read(r, offset_in(r) * sizeof(T), recv.count(r) * sizeof(T), out.data() + recv.offset(r));
+      }, [&] { move_own(out.data() + recv.offset(me), in.data() + send.offset(me), send.count(me)); });
+    for_each_chunk(largest, ph.template elems<T>(p), [&](std::size_t at, std::size_t m) {
+      const auto g = ph.begin();
+      for (int j = 0; j < p; ++j)
+        copy_in(ph.mine(g) + static_cast<std::size_t>(j) * m * sizeof(T), in.data() + send.offset(j) + at,
+                part(send.count(j), at, m) * sizeof(T));
+      ph.post(g);
+      ph.wait_all(g);
+      for (int r = 0; r < p; ++r)
+        copy_out(out.data() + recv.offset(r) + at, ph.slot(r, g) + static_cast<std::size_t>(me) * m * sizeof(T),
+                 part(recv.count(r), at, m) * sizeof(T));
+    });
+  }
+
   template <class Ch>
     requires shared_window<typename Ch::transport_type>
   void barrier(Ch& ch) const {
@@ -345,6 +485,81 @@ struct shared_memory {
     }
     ph.post(a + 2);
     ph.wait_all(a + 2);
+  }
+
+  /// Elements [at, at + m) of a block of `count`, clipped: how many of them it has.
+  static std::size_t part(std::size_t count, std::size_t at, std::size_t m) {
+    return count > at ? std::min(m, count - at) : 0;
+  }
+
+  /// Whether a table of `rows` rows of the group's size in 64-bit words fits in a window half.
+  template <class Ch>
+  static bool fits_table(Ch& ch, int rows) {
+    return static_cast<std::size_t>(rows) * static_cast<std::size_t>(ch.size()) * 8 <= ch.transport().window_bytes() / 2;
+  }
+
+  /// gather_v's and scatter_v's first phase: the root publishes its counts, every other rank its
+  /// own count (`own`, the size of its `what`); the root checks every rank's, each rank its own
+  /// against the root's. Returns the root's counts on every rank.
+  template <class Ch, class Ph>
+  static std::vector<std::size_t> share_counts(Ch& ch, Ph& ph, int root, const block_counts& b, std::size_t own,
+                                               const char* what) {
+    const int p = ch.size(), me = ch.rank();
+    const auto g = ph.begin();
+    auto* mine = reinterpret_cast<std::uint64_t*>(ph.mine(g));
+    if (me == root)
+      for (int r = 0; r < p; ++r) mine[r] = b.count(r);
+    else
+      mine[0] = own;
+    ph.post(g);
+    std::vector<std::size_t> counts(static_cast<std::size_t>(p));
+    const std::string at = std::string(collective_name(ch.fp().coll)) + "(shared_memory): ";
+    if (me == root) {
+      ph.wait_all(g);
+      for (int r = 0; r < p; ++r) {
+        counts[static_cast<std::size_t>(r)] = b.count(r);
+        if (r == root) continue;
+        const std::uint64_t theirs = reinterpret_cast<const std::uint64_t*>(ph.slot(r, g))[0];
+        if (theirs != b.count(r))
+          throw mismatch_error(at + "the root, rank " + std::to_string(root) + ", has counts[" + std::to_string(r) +
+                               "] = " + std::to_string(b.count(r)) + ", but rank " + std::to_string(r) + "'s " + what +
+                               " has " + std::to_string(theirs) + " elements");
+      }
+      return counts;
+    }
+    ph.wait(root, g);
+    const auto* table = reinterpret_cast<const std::uint64_t*>(ph.slot(root, g));
+    for (int r = 0; r < p; ++r) counts[static_cast<std::size_t>(r)] = table[r];
+    if (table[me] != own)
+      throw mismatch_error(at + "rank " + std::to_string(me) + "'s " + what + " has " + std::to_string(own) +
+                           " elements, but the root, rank " + std::to_string(root) + ", has counts[" +
+                           std::to_string(me) + "] = " + std::to_string(table[me]));
+    return counts;
+  }
+
+  /// all_to_all_v's first phase: every rank publishes its send_counts; each checks every rank
+  /// i's send_counts[me] against its own recv_counts[i]. Returns the p x p table (row i: rank
+  /// i's send_counts), the same on every rank.
+  template <class Ch, class Ph>
+  static std::vector<std::size_t> share_rows(Ch& ch, Ph& ph, const block_counts& send, const block_counts& recv) {
+    const int p = ch.size(), me = ch.rank();
+    const auto P = static_cast<std::size_t>(p);
+    const auto g = ph.begin();
+    auto* mine = reinterpret_cast<std::uint64_t*>(ph.mine(g));
+    for (int j = 0; j < p; ++j) mine[j] = send.count(j);
+    ph.post(g);
+    ph.wait_all(g);
+    std::vector<std::size_t> rows(P * P);
+    for (int i = 0; i < p; ++i) {
+      const auto* row = reinterpret_cast<const std::uint64_t*>(ph.slot(i, g));
+      for (int j = 0; j < p; ++j) rows[static_cast<std::size_t>(i) * P + static_cast<std::size_t>(j)] = row[j];
+      if (i != me && row[me] != recv.count(i))
+        throw mismatch_error("all_to_all_v(shared_memory): rank " + std::to_string(me) + " has recv_counts[" +
+                             std::to_string(i) + "] = " + std::to_string(recv.count(i)) + ", but rank " +
+                             std::to_string(i) + " has send_counts[" + std::to_string(me) + "] = " +
+                             std::to_string(row[me]));
+    }
+    return rows;
   }
 
   /// Whether the block collectives read blocks of `block_bytes` straight from their owners.

@@ -173,7 +173,7 @@ class communicator {
   template <class Algo = algo::inherit, viewable B>
   void broadcast(B&& buf, int root, const Algo& a = {}) {
     const auto v = writable(buf, collective::broadcast, "buf");
-    using T = typename decltype(v)::value_type;
+    using T = detail::element_of<B>;
     static_assert(supports<Algo, collective::broadcast>,
                   "tutti: this algorithm has no broadcast schedule (see the table in README.md); "
                   "use tutti::algo::tree, ring, direct or automatic");
@@ -189,7 +189,7 @@ class communicator {
     requires reduce_op<Op, detail::element_of<B>>
   void reduce(B&& buf, int root, const Op& op = {}, const Algo& a = {}) {
     const auto v = writable(buf, collective::reduce, "buf");
-    using T = typename decltype(v)::value_type;
+    using T = detail::element_of<B>;
     static_assert(supports<Algo, collective::reduce>,
                   "tutti: this algorithm has no reduce schedule (see the table in README.md); "
                   "use tutti::algo::tree, ring, direct or automatic");
@@ -205,7 +205,7 @@ class communicator {
     requires reduce_op<Op, detail::element_of<B>>
   void all_reduce(B&& buf, const Op& op = {}, const Algo& a = {}) {
     const auto v = writable(buf, collective::all_reduce, "buf");
-    using T = typename decltype(v)::value_type;
+    using T = detail::element_of<B>;
     static_assert(supports<Algo, collective::all_reduce>,
                   "tutti: this algorithm has no all_reduce schedule (see the table in README.md)");
     auto fp = next_fp(collective::all_reduce, dtype_of<T>(), v.size(), -1, op_traits<Op>::id());
@@ -220,7 +220,7 @@ class communicator {
   void all_reduce(In&& in_buf, Out&& out_buf, const Op& op = {}, const Algo& a = {}) {
     const auto in = readable(in_buf);
     const auto out = writable(out_buf, collective::all_reduce, "out");
-    using T = typename decltype(out)::value_type;
+    using T = detail::element_of<Out>;
     if (in.size() != out.size())
       usage(what(collective::all_reduce) + ": in has " + std::to_string(in.size()) + " elements but out has " +
             std::to_string(out.size()));
@@ -251,7 +251,7 @@ class communicator {
   void gather(In&& in_buf, Out&& out_buf, int root, const Algo& a = {}) {
     const auto in = readable(in_buf);
     const auto out = writable(out_buf, collective::gather, "out");
-    using T = typename decltype(out)::value_type;
+    using T = detail::element_of<Out>;
     static_assert(supports<Algo, collective::gather>,
                   "tutti: this algorithm has no gather schedule (see the table in README.md); "
                   "use tutti::algo::tree, direct or automatic");
@@ -271,7 +271,7 @@ class communicator {
   void all_gather(In&& in_buf, Out&& out_buf, const Algo& a = {}) {
     const auto in = readable(in_buf);
     const auto out = writable(out_buf, collective::all_gather, "out");
-    using T = typename decltype(out)::value_type;
+    using T = detail::element_of<Out>;
     static_assert(supports<Algo, collective::all_gather>,
                   "tutti: this algorithm has no all_gather schedule (see the table in README.md)");
     check_size(out.size(), in.size() * size_t_size(), "out", "size() * in.size()", collective::all_gather);
@@ -288,7 +288,7 @@ class communicator {
   void scatter(In&& in_buf, Out&& out_buf, int root, const Algo& a = {}) {
     const auto in = readable(in_buf);
     const auto out = writable(out_buf, collective::scatter, "out");
-    using T = typename decltype(out)::value_type;
+    using T = detail::element_of<Out>;
     static_assert(supports<Algo, collective::scatter>,
                   "tutti: this algorithm has no scatter schedule (see the table in README.md); "
                   "use tutti::algo::tree, direct or automatic");
@@ -310,7 +310,7 @@ class communicator {
   void all_to_all(In&& in_buf, Out&& out_buf, const Algo& a = {}) {
     const auto in = readable(in_buf);
     const auto out = writable(out_buf, collective::all_to_all, "out");
-    using T = typename decltype(out)::value_type;
+    using T = detail::element_of<Out>;
     static_assert(supports<Algo, collective::all_to_all>,
                   "tutti: this algorithm has no all_to_all schedule (see the table in README.md); "
                   "use tutti::algo::direct or automatic");
@@ -331,7 +331,7 @@ class communicator {
   void reduce_scatter(In&& in_buf, Out&& out_buf, const Op& op = {}, const Algo& a = {}) {
     const auto in = readable(in_buf);
     const auto out = writable(out_buf, collective::reduce_scatter, "out");
-    using T = typename decltype(out)::value_type;
+    using T = detail::element_of<Out>;
     static_assert(supports<Algo, collective::reduce_scatter>,
                   "tutti: this algorithm has no reduce_scatter schedule (see the table in README.md)");
     check_size(in.size(), out.size() * size_t_size(), "in", "size() * out.size()", collective::reduce_scatter);
@@ -367,7 +367,7 @@ class communicator {
     constexpr auto C = collective::all_gather_v;
     const auto in = readable(in_buf);
     const auto out = writable(out_buf, C, "out");
-    using T = typename decltype(out)::value_type;
+    using T = detail::element_of<Out>;
     static_assert(supports<Algo, C>, "tutti: this algorithm has no all_gather_v schedule (see the table in README.md); "
                                      "use tutti::algo::ring, direct or automatic");
     const block_counts b = blocks(counts, "counts", C, offsets_a_);
@@ -392,7 +392,7 @@ class communicator {
     constexpr auto C = collective::gather_v;
     const auto in = readable(in_buf);
     const auto out = writable(out_buf, C, "out");
-    using T = typename decltype(out)::value_type;
+    using T = detail::element_of<Out>;
     static_assert(supports<Algo, C>, "tutti: this algorithm has no gather_v schedule (see the table in README.md); "
                                      "use tutti::algo::direct or automatic");
     check_root(root, C);
@@ -421,7 +421,7 @@ class communicator {
     constexpr auto C = collective::scatter_v;
     const auto in = readable(in_buf);
     const auto out = writable(out_buf, C, "out");
-    using T = typename decltype(out)::value_type;
+    using T = detail::element_of<Out>;
     static_assert(supports<Algo, C>, "tutti: this algorithm has no scatter_v schedule (see the table in README.md); "
                                      "use tutti::algo::direct or automatic");
     check_root(root, C);
@@ -451,7 +451,7 @@ class communicator {
     constexpr auto C = collective::all_to_all_v;
     const auto in = readable(in_buf);
     const auto out = writable(out_buf, C, "out");
-    using T = typename decltype(out)::value_type;
+    using T = detail::element_of<Out>;
     static_assert(supports<Algo, C>, "tutti: this algorithm has no all_to_all_v schedule (see the table in README.md); "
                                      "use tutti::algo::direct or automatic");
     const block_counts s = blocks(send_counts, "send_counts", C, offsets_a_);
@@ -478,7 +478,7 @@ class communicator {
     constexpr auto C = collective::reduce_scatter_v;
     const auto in = readable(in_buf);
     const auto out = writable(out_buf, C, "out");
-    using T = typename decltype(out)::value_type;
+    using T = detail::element_of<Out>;
     static_assert(supports<Algo, C>, "tutti: this algorithm has no reduce_scatter_v schedule (see the table in "
                                      "README.md); use tutti::algo::ring, direct or automatic");
     const block_counts b = blocks(counts, "counts", C, offsets_a_);
@@ -513,7 +513,7 @@ class communicator {
   template <viewable B>
   void send(B&& data_buf, int peer, int tag = 0) {
     const auto data = readable(data_buf);
-    using U = typename decltype(data)::value_type;
+    using U = detail::element_of<B>;
     check_peer(peer, tag, "send");
     channel<Transport> ch(t_, p2p_fp(dtype_of<U>(), data.size(), tag), "p2p", cfg_.timeout, scratch_, aborted_.get());
     recorded(ch, [&] { ch.send(peer, data); });
@@ -523,7 +523,7 @@ class communicator {
   template <viewable B>
   void recv(B&& data_buf, int peer, int tag = 0) {
     const auto data = writable(data_buf, collective::send_recv, "data");
-    using T = typename decltype(data)::value_type;
+    using T = detail::element_of<B>;
     check_peer(peer, tag, "recv");
     channel<Transport> ch(t_, p2p_fp(dtype_of<T>(), data.size(), tag), "p2p", cfg_.timeout, scratch_, aborted_.get());
     recorded(ch, [&] { ch.recv(peer, data); });

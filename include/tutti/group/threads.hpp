@@ -1,7 +1,7 @@
 /// \file
 /// `tutti::inproc::run(n, body)`: runs `body(comm)` on `n` threads of this process, `comm` being
 /// a `communicator<inproc, Algorithm>&` of rank 0..n-1, and rethrows the first exception any rank
-/// threw (the others see that rank fail and stop promptly). The threads flavour of a multi-rank
+/// threw first (the others see that rank fail and stop promptly; their errors follow from it). The threads flavour of a multi-rank
 /// program: the same body runs over processes with `communicator<shm>::from_env()` under tuttirun.
 #pragma once
 
@@ -45,7 +45,7 @@ void inproc::run_wrapped(int n, Wrap&& wrap, F&& f) {
     });
   }
   for (auto& t : threads) t.join();
-  if (w->first_error) std::rethrow_exception(w->first_error);
+  if (const auto e = w->first_error()) std::rethrow_exception(e);
 }
 
 }  // namespace tutti

@@ -81,7 +81,7 @@ struct world {
   explicit world(int n)
       : size(n), boxes(static_cast<std::size_t>(n)), waiting(static_cast<std::size_t>(n)),
         state(static_cast<std::size_t>(n), rank_state::running), failure(static_cast<std::size_t>(n)),
-        note(static_cast<std::size_t>(n)) {}
+        note(static_cast<std::size_t>(n)), errors(static_cast<std::size_t>(n)) {}
 
   const int size;
   std::mutex mu;
@@ -90,7 +90,16 @@ struct world {
   std::vector<rank_state> state;
   std::vector<std::string> failure;
   std::vector<std::string> note;  // a rank's last words (a usage error), while it is running
-  std::exception_ptr first_error;
+  std::vector<std::exception_ptr> errors;  // what each rank's function threw
+  int first_failed = -1;                   // the rank that failed first: the run's error is its
+
+  /// The exception of the rank that failed first (its peers' failures follow from it), or null.
+  std::exception_ptr first_error() const {
+    if (first_failed >= 0 && errors[static_cast<std::size_t>(first_failed)]) return errors[static_cast<std::size_t>(first_failed)];
+    for (const auto& e : errors)
+      if (e) return e;
+    return nullptr;
+  }
 
   void notify_all() {
     for (auto& b : boxes) b.cv.notify_all();
@@ -101,6 +110,7 @@ struct world {
     if (state[static_cast<std::size_t>(rank)] == rank_state::running) {
       state[static_cast<std::size_t>(rank)] = rank_state::failed;
       failure[static_cast<std::size_t>(rank)] = std::move(why);
+      if (first_failed < 0) first_failed = rank;
     }
     notify_all();
   }
@@ -108,7 +118,8 @@ struct world {
   void finish(int rank, std::exception_ptr error) {
     std::lock_guard lk(mu);
     if (error) {
-      if (!first_error) first_error = error;
+      errors[static_cast<std::size_t>(rank)] = error;
+      if (first_failed < 0) first_failed = rank;
       if (state[static_cast<std::size_t>(rank)] != rank_state::failed) {
         state[static_cast<std::size_t>(rank)] = rank_state::failed;
         try {

@@ -12,7 +12,7 @@
 /// - Point to point: a message is two MPI messages on the transport's own communicator, the
 ///   header (fingerprint and byte count) and then the payload, with distinct tags (collectives
 ///   and each user tag have their own pair, so user tags may be received in any order). The
-///   receiver receives and checks the header (`detail::check_header`) before it posts the
+///   receiver receives and checks the header (`toolkit::check_header`) before it posts the
 ///   payload's receive straight into the destination: no staging beyond what MPI itself does for
 ///   small (eager) messages. Payloads above 1 GiB go as several messages (MPI counts are `int`).
 /// - Deadlines: every wait is `MPI_Isend`/`MPI_Irecv` (or a non-blocking collective) and an
@@ -63,15 +63,16 @@
 #include <type_traits>
 #include <vector>
 
-#include "tutti/algorithm/native.hpp"
 #include "tutti/bootstrap/env.hpp"
 #include "tutti/core/config.hpp"
+#include "tutti/core/counts.hpp"
 #include "tutti/core/dtype.hpp"
 #include "tutti/core/error.hpp"
 #include "tutti/core/fingerprint.hpp"
 #include "tutti/op/kernels.hpp"
 #include "tutti/op/ops.hpp"
-#include "tutti/transport/transport.hpp"
+#include "tutti/transport/capabilities.hpp"
+#include "tutti/transport/toolkit.hpp"
 
 namespace tutti {
 
@@ -85,8 +86,9 @@ inline constexpr int tag_header = 0, tag_payload = 1, tag_failure = 2, tag_waiti
 inline constexpr std::chrono::milliseconds waiting_notice_after{20};
 /// Largest payload piece: MPI counts are `int`.
 inline std::size_t max_piece = std::size_t{1} << 30;  // not const: tests shrink it to cover the split
-/// Longest failure notice (short enough to go eagerly, so sending it never blocks).
-inline constexpr std::size_t max_notice = 1000;
+/// Longest failure notice (`toolkit::max_notice_text`): short enough to go eagerly (Open MPI's
+/// shared-memory eager limit is 4 KiB), so sending it never blocks.
+inline constexpr std::size_t max_notice = toolkit::max_notice_text;
 /// How long a failed call goes on driving what it posted before it gives up on it (`mpi::settle`).
 /// A transfer whose two ends are both inside MPI runs at memory or network speed (a 1 GiB piece:
 /// about 0.1 s through shared memory, 1 s at 10 Gb/s; the tests' 4 MiB, milliseconds even under
@@ -167,36 +169,15 @@ struct finalizer {
   }
 };
 
-/// The fingerprint as six words with no padding bytes (for agreement and comparison).
-inline constexpr int fp_words = 6;
+/// The fingerprint as words (toolkit::wire's fixed encoding): what agreement reduces and
+/// waiting notices carry. The header message is a `toolkit::wire::frame`.
+inline constexpr int fp_words = static_cast<int>(toolkit::wire::fingerprint_words);
 inline void encode(const fingerprint& f, std::uint64_t* w) noexcept {
-  w[0] = f.context;
-  w[1] = f.seq;
-  w[2] = f.count;
-  w[3] = f.dtype | (std::uint64_t{f.op} << 32);
-  w[4] = static_cast<std::uint32_t>(f.root) | (std::uint64_t{f.algo} << 32);
-  w[5] = static_cast<std::uint64_t>(f.coll) | (std::uint64_t{f.elem_size} << 8) | (std::uint64_t{f.reserved} << 16);
+  const auto words = toolkit::wire::to_words(f);
+  std::memcpy(w, words.data(), sizeof words);
 }
-inline fingerprint decode(const std::uint64_t* w) noexcept {
-  fingerprint f;
-  f.context = w[0];
-  f.seq = w[1];
-  f.count = w[2];
-  f.dtype = static_cast<std::uint32_t>(w[3]);
-  f.op = static_cast<std::uint32_t>(w[3] >> 32);
-  f.root = static_cast<std::int32_t>(static_cast<std::uint32_t>(w[4]));
-  f.algo = static_cast<std::uint32_t>(w[4] >> 32);
-  f.coll = static_cast<collective>(w[5] & 0xff);
-  f.elem_size = static_cast<std::uint8_t>(w[5] >> 8);
-  f.reserved = static_cast<std::uint16_t>(w[5] >> 16);
-  return f;
-}
-
-/// The header as it travels (no padding, so no uninitialised bytes on the wire).
-struct wire_header {
-  std::uint64_t fp[fp_words];
-  std::uint64_t bytes;
-};
+inline fingerprint decode(const std::uint64_t* w) noexcept { return toolkit::wire::from_words(w); }
+using wire_header = toolkit::wire::frame;
 
 // ---- element types and ops -----------------------------------------------------------------
 
@@ -306,9 +287,10 @@ inline bool oversubscribed() {
 /// Buffers of waiting notices that a broken communicator gave up on while MPI may still read
 /// them: they live as long as the process, reachable from here (so leak checkers, rightly, do not
 /// call them leaks).
-inline void keep_until_exit(std::unique_ptr<std::uint64_t[]> buf) {
+template <class T>
+void keep_until_exit(std::unique_ptr<T[]> buf) {
   static std::mutex m;
-  static auto* kept = new std::vector<std::unique_ptr<std::uint64_t[]>>;
+  static auto* kept = new std::vector<std::unique_ptr<T[]>>;
   std::lock_guard lock(m);
   kept->push_back(std::move(buf));
 }
@@ -322,7 +304,7 @@ struct comm_state {
   std::vector<std::unique_ptr<std::string>> notices;  // failure notices being sent (kept alive)
   /// Waiting notices being sent: each buffer lives until its send completes.
   std::vector<std::pair<MPI_Request, std::unique_ptr<std::uint64_t[]>>> waiting;
-  std::uint64_t told[6] = {};  // the fingerprint this rank last sent waiting notices for
+  std::uint64_t told[fp_words] = {};  // the fingerprint this rank last sent waiting notices for
   std::vector<int> lost;        // ranks whose failure notice this rank has read
   /// Requests a failed call gave up on (`mpi::settle`, `mpi::complete`): never freed, and their
   /// communicator is marked broken, so that it is never freed either.
@@ -502,7 +484,7 @@ class mpi {
       // The communicator's context, then the text: a receiver drops notices of another context.
       auto text = std::make_unique<std::string>(sizeof context_, '\0');
       std::memcpy(text->data(), &context_, sizeof context_);
-      text->append(what.substr(0, max_notice));
+      text->append(toolkit::notice_text(what, max_notice));
       for (int r = 0; r < size_; ++r) {
         if (r == rank_) continue;
         MPI_Request req = MPI_REQUEST_NULL;
@@ -519,17 +501,21 @@ class mpi {
 
   /// Every rank's fingerprint is the same, or `mismatch_error` naming the first rank that
   /// differs from this one (on every rank: all of them see the same min and max).
-  void native_agree(const fingerprint& fp, const wait_context& w, bool blocking = false) {
+  /// For the v-collectives, `large` says that this rank's counts or offsets exceed MPI's int;
+  /// the result says whether any rank's do (every rank gets the same answer, in the same
+  /// all-reduce: then they all run tutti's own schedule instead of MPI's).
+  bool native_agree(const fingerprint& fp, const wait_context& w, bool blocking = false, bool large = false) {
     using namespace detail::mpi_impl;
     // On the heap: a collective that fails may stay pending and write them later (`complete`),
     // so they are then kept until exit.
-    auto words = std::make_unique<std::uint64_t[]>(2 * fp_words);
+    auto words = std::make_unique<std::uint64_t[]>(2 * fp_words + 1);
     encode(fp, words.get());
     for (int i = 0; i < fp_words; ++i) words[fp_words + i] = ~words[i];
+    words[2 * fp_words] = large ? 1 : 0;
     try {
-      start_and_complete(fp, 2 * fp_words * 8, w, blocking, "MPI_Iallreduce (fingerprint agreement)",
+      start_and_complete(fp, (2 * fp_words + 1) * 8, w, blocking, "MPI_Iallreduce (fingerprint agreement)",
                          [&](MPI_Request* r) {
-                           return either(r, MPI_Iallreduce, MPI_Allreduce, MPI_IN_PLACE, words.get(), 2 * fp_words,
+                           return either(r, MPI_Iallreduce, MPI_Allreduce, MPI_IN_PLACE, words.get(), 2 * fp_words + 1,
                                          MPI_UINT64_T, MPI_MAX, st_->comm);
                          });
     } catch (...) {
@@ -538,7 +524,7 @@ class mpi {
     }
     bool same = true;
     for (int i = 0; i < fp_words; ++i) same = same && words[i] == ~words[fp_words + i];
-    if (same) return;
+    if (same) return words[2 * fp_words] != 0;
     auto mine = std::make_unique<std::uint64_t[]>(fp_words);
     encode(fp, mine.get());
     auto all = std::make_unique<std::uint64_t[]>(static_cast<std::size_t>(size_) * fp_words);
@@ -646,6 +632,97 @@ class mpi {
     });
   }
 
+  // ---- native v-collectives: MPI's, with int counts and displacements (algo::native falls back
+  // to tutti's schedules where they do not fit: native_agree's `large`). MPI checks no count
+  // against its peer's, so where only some ranks know the counts each rank first receives what
+  // its peers say it must hold (an MPI_Iscatter or MPI_Ialltoall of 64-bit counts) and compares.
+
+  template <class T>
+  void native_all_gather_v(const T* in, T* out, const block_counts& b, const fingerprint& fp, const wait_context& w,
+                           bool blocking = false) {
+    auto counts = int_table(b.counts, fp, w), displs = int_table(b.offsets, fp, w);
+    const bool in_place = b.count(rank_) && in == out + b.offset(rank_);
+    kept_on_failure([&] {
+      start_and_complete(fp, b.total * sizeof(T), w, blocking, "MPI_Iallgatherv", [&](MPI_Request* r) {
+        return either(r, MPI_Iallgatherv, MPI_Allgatherv, in_place ? MPI_IN_PLACE : in, count(b.count(rank_), fp, w),
+                      type<T>(), out, counts.get(), displs.get(), type<T>(), st_->comm);
+      });
+    }, counts, displs);
+  }
+
+  /// `n`: this rank's count; `b`: the root's counts (empty elsewhere).
+  template <class T>
+  void native_gather_v(const T* in, std::size_t n, T* out, const block_counts& b, int root, const fingerprint& fp,
+                       const wait_context& w, bool blocking = false) {
+    check_counts_from_root(n, b, root, "in", fp, w, blocking);
+    const bool at_root = rank_ == root;
+    auto counts = int_table(b.counts, fp, w), displs = int_table(b.offsets, fp, w);
+    const bool in_place = at_root && n && in == out + b.offset(rank_);
+    kept_on_failure([&] {
+      start_and_complete(fp, n * sizeof(T), w, blocking, "MPI_Igatherv", [&](MPI_Request* r) {
+        return either(r, MPI_Igatherv, MPI_Gatherv, in_place ? MPI_IN_PLACE : in, count(n, fp, w), type<T>(),
+                      at_root ? out : nullptr, counts.get(), displs.get(), type<T>(), root, st_->comm);
+      });
+    }, counts, displs);
+  }
+
+  /// `n`: this rank's count; `b`: the root's counts (empty elsewhere).
+  template <class T>
+  void native_scatter_v(const T* in, const block_counts& b, T* out, std::size_t n, int root, const fingerprint& fp,
+                        const wait_context& w, bool blocking = false) {
+    check_counts_from_root(n, b, root, "out", fp, w, blocking);
+    const bool at_root = rank_ == root;
+    auto counts = int_table(b.counts, fp, w), displs = int_table(b.offsets, fp, w);
+    const bool in_place = at_root && n && out == in + b.offset(rank_);
+    kept_on_failure([&] {
+      start_and_complete(fp, n * sizeof(T), w, blocking, "MPI_Iscatterv", [&](MPI_Request* r) {
+        return either(r, MPI_Iscatterv, MPI_Scatterv, at_root ? in : nullptr, counts.get(), displs.get(), type<T>(),
+                      in_place ? MPI_IN_PLACE : static_cast<void*>(out), count(n, fp, w), type<T>(), root, st_->comm);
+      });
+    }, counts, displs);
+  }
+
+  template <class T>
+  void native_all_to_all_v(const T* in, const block_counts& send, T* out, const block_counts& recv,
+                           const fingerprint& fp, const wait_context& w, bool blocking = false) {
+    // What every rank sends this one must be what this one expects from it.
+    auto mine = std::make_unique<std::uint64_t[]>(static_cast<std::size_t>(size_));
+    auto theirs = std::make_unique<std::uint64_t[]>(static_cast<std::size_t>(size_));
+    for (int j = 0; j < size_; ++j) mine[static_cast<std::size_t>(j)] = send.count(j);
+    kept_on_failure([&] {
+      start_and_complete(fp, 8, w, blocking, "MPI_Ialltoall (all_to_all_v counts)", [&](MPI_Request* r) {
+        return either(r, MPI_Ialltoall, MPI_Alltoall, mine.get(), 1, MPI_UINT64_T, theirs.get(), 1, MPI_UINT64_T,
+                      st_->comm);
+      });
+    }, mine, theirs);
+    for (int i = 0; i < size_; ++i)
+      if (theirs[static_cast<std::size_t>(i)] != recv.count(i))
+        throw mismatch_error(where(fp, w) + ": rank " + std::to_string(rank_) + " has recv_counts[" + std::to_string(i) +
+                             "] = " + std::to_string(recv.count(i)) + ", but rank " + std::to_string(i) +
+                             " has send_counts[" + std::to_string(rank_) + "] = " +
+                             std::to_string(theirs[static_cast<std::size_t>(i)]));
+    auto sc = int_table(send.counts, fp, w), sd = int_table(send.offsets, fp, w);
+    auto rc = int_table(recv.counts, fp, w), rd = int_table(recv.offsets, fp, w);
+    kept_on_failure([&] {
+      start_and_complete(fp, recv.total * sizeof(T), w, blocking, "MPI_Ialltoallv", [&](MPI_Request* r) {
+        return either(r, MPI_Ialltoallv, MPI_Alltoallv, in, sc.get(), sd.get(), type<T>(), out, rc.get(), rd.get(),
+                      type<T>(), st_->comm);
+      });
+    }, sc, sd, rc, rd);
+  }
+
+  template <class T, class Op>
+  void native_reduce_scatter_v(const T* in, T* out, const block_counts& b, const Op&, const fingerprint& fp,
+                               const wait_context& w, bool blocking = false) {
+    auto counts = int_table(b.counts, fp, w);
+    kept_on_failure([&] {
+      start_and_complete(fp, b.total * sizeof(T), w, blocking, "MPI_Ireduce_scatter", [&](MPI_Request* r) {
+        return either(r, MPI_Ireduce_scatter, MPI_Reduce_scatter, in, out, counts.get(), type<T>(),
+                      reduce_op_of<Op, T>(), st_->comm);
+      });
+    }, counts);
+  }
+
   void native_barrier(const fingerprint& fp, const wait_context& w, bool blocking = false) {
     start_and_complete(fp, 0, w, blocking, "MPI_Ibarrier",
                        [&](MPI_Request* r) { return either(r, MPI_Ibarrier, MPI_Barrier, st_->comm); });
@@ -705,6 +782,45 @@ class mpi {
     return detail::mpi_impl::as_count(n, [&] { return where(fp, w); });
   }
 
+  /// A table of counts or offsets as MPI's ints (the caller made sure they fit: native_agree).
+  std::unique_ptr<int[]> int_table(std::span<const std::size_t> v, const fingerprint& fp, const wait_context& w) const {
+    auto t = std::make_unique<int[]>(std::max<std::size_t>(v.size(), 1));
+    for (std::size_t i = 0; i < v.size(); ++i) t[i] = count(v[i], fp, w);
+    return t;
+  }
+
+  /// Runs `f`; when it throws (a collective that may stay pending), `buffers` are kept until exit.
+  template <class F, class... B>
+  static void kept_on_failure(F&& f, B&... buffers) {
+    try {
+      f();
+    } catch (...) {
+      (detail::mpi_impl::keep_until_exit(std::move(buffers)), ...);
+      throw;
+    }
+  }
+
+  /// gather_v's and scatter_v's count check: the root sends every rank its count for it (an
+  /// MPI_Iscatter of 64-bit words), and each rank compares it with the size of its `what`.
+  void check_counts_from_root(std::size_t n, const block_counts& b, int root, const char* what, const fingerprint& fp,
+                              const wait_context& w, bool blocking) {
+    const bool at_root = rank_ == root;
+    auto table = std::make_unique<std::uint64_t[]>(at_root ? static_cast<std::size_t>(size_) : 1);
+    auto mine = std::make_unique<std::uint64_t[]>(1);
+    if (at_root)
+      for (int r = 0; r < size_; ++r) table[static_cast<std::size_t>(r)] = b.count(r);
+    kept_on_failure([&] {
+      start_and_complete(fp, 8, w, blocking, "MPI_Iscatter (counts)", [&](MPI_Request* r) {
+        return either(r, MPI_Iscatter, MPI_Scatter, table.get(), 1, MPI_UINT64_T, mine.get(), 1, MPI_UINT64_T, root,
+                      st_->comm);
+      });
+    }, table, mine);
+    if (mine[0] != n)
+      throw mismatch_error(where(fp, w) + ": rank " + std::to_string(rank_) + "'s " + what + " has " +
+                           std::to_string(n) + " elements, but the root, rank " + std::to_string(root) +
+                           ", has counts[" + std::to_string(rank_) + "] = " + std::to_string(mine[0]));
+  }
+
   /// The (header, payload) tags of a message: the collective pair, or user tag t's pair.
   std::pair<int, int> tags(const header& h, const wait_context& w) const {
     using namespace detail::mpi_impl;
@@ -712,7 +828,7 @@ class mpi {
     const long t = h.fp.root < 0 ? 0 : h.fp.root;
     const long top = (static_cast<long>(st_->tag_ub) - tag_p2p - 1) / 2;
     if (t > top)
-      throw usage_error(detail::where(h, w.algorithm) + ": tag " +
+      throw usage_error(toolkit::where(h, w.algorithm) + ": tag " +
                         std::to_string(t) + " exceeds " + std::to_string(top) +
                         ", the largest this MPI's tag range (MPI_TAG_UB) leaves for user tags");
     return {tag_p2p + 2 * static_cast<int>(t), tag_p2p + 2 * static_cast<int>(t) + 1};
@@ -732,7 +848,7 @@ class mpi {
     using namespace detail::mpi_impl;
     using role = request_set::role;
     const header& h = hr ? *hr : *hs;
-    auto at = [&] { return detail::where(h, w.algorithm) + " on rank " + std::to_string(rank_); };
+    auto at = [&] { return toolkit::where(h, w.algorithm) + " on rank " + std::to_string(rank_); };
     const auto tag_pair = tags(h, w);
     wire_header in{}, out{};  // before `rs`: the requests on them end before they go
     request_set rs;
@@ -749,8 +865,7 @@ class mpi {
       if (hs) {
         header x = *hs;
         x.fp.context = context_;
-        encode(x.fp, out.fp);
-        out.bytes = x.bytes;
+        out = toolkit::wire::frame::of(toolkit::wire::kind::message, x);
         const auto [th, tp] = tags(*hs, w);
         check(MPI_Isend(&out, sizeof out, MPI_BYTE, to, th, st_->comm, rs.add(to, role::send)), "MPI_Isend", at);
         pieces(hs->bytes, [&](std::size_t off, int n) {
@@ -781,12 +896,9 @@ class mpi {
           check(MPI_Test(&rs[0], &done, &status), "MPI_Test", at);
           if (done) {
             header_in = true;
-            header got;
-            got.fp = decode(in.fp);
-            got.bytes = in.bytes;
             header want = *hr;
             want.fp.context = context_;
-            detail::check_header(want, rank_, got, from, w.algorithm);
+            toolkit::check_header(want, rank_, in.head(), from, w.algorithm);
             checked = true;
             const int tp = tags(*hr, w).second;
             pieces(hr->bytes, [&](std::size_t off, int n) {
@@ -842,7 +954,7 @@ class mpi {
     if (rs.size() > 0 && rs.at(0).r == role::header && rs[0] != MPI_REQUEST_NULL) MPI_Cancel(&rs[0]);
     const auto start = clock::now();
     const std::chrono::milliseconds bound =
-        w.aborted && w.aborted->load(std::memory_order_acquire) ? detail::abort_poll : settle_within;
+        w.aborted && w.aborted->load(std::memory_order_acquire) ? toolkit::abort_poll : settle_within;
     int cancelled_from = -1;  // the peer whose header this rank no longer waits for
     for (unsigned round = 0;; ++round) {
       bool left = false;
@@ -957,7 +1069,7 @@ class mpi {
   /// dropped; empty when none shows a disagreement.
   std::string waiting_notice(int peer, const header& want, const wait_context& w) {
     using namespace detail::mpi_impl;
-    auto at = [&] { return detail::where(want, w.algorithm); };
+    auto at = [&] { return toolkit::where(want, w.algorithm); };
     fingerprint mine = want.fp;
     mine.context = context_;
     for (int flag = 1;;) {
@@ -967,8 +1079,7 @@ class mpi {
       std::uint64_t words[fp_words];
       check(MPI_Recv(words, fp_words, MPI_UINT64_T, peer, tag_waiting, st_->comm, MPI_STATUS_IGNORE), "MPI_Recv", at);
       const fingerprint theirs = decode(words);
-      if (theirs.coll != collective::send_recv && theirs.context == context_ &&
-          (theirs.seq > mine.seq || (theirs.seq == mine.seq && theirs != mine)))
+      if (toolkit::left_behind(mine, theirs))
         return at() + ": " + detail::describe_difference(mine, rank_, theirs, peer) + " (each waits for the other: rank " +
                std::to_string(peer) + " waits in " + std::string(collective_name(theirs.coll)) + " #" +
                std::to_string(theirs.seq) + ")";
@@ -1012,7 +1123,7 @@ class mpi {
     } catch (...) {
       const auto until = std::chrono::steady_clock::now() +
                          (w.aborted && w.aborted->load(std::memory_order_acquire)
-                              ? detail::abort_poll
+                              ? toolkit::abort_poll
                               : std::chrono::milliseconds(settle_within));
       for (int done = 0; req != MPI_REQUEST_NULL && !finalized();) {
         if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || done) req = MPI_REQUEST_NULL;
@@ -1031,50 +1142,40 @@ class mpi {
   /// `drive`'s peer when the communicator cannot be probed yet (it is being made).
   static constexpr int no_notices = -2;
 
-  /// Polls `ready()` (which drives MPI's progress) until it is true: spins, then yields, then
-  /// sleeps in short steps. Checks for failure notices from `peer` and `peer2` (any rank when
-  /// `peer` is -1; none when it is `no_notices`) and the deadline. `doing` says what it waits
-  /// for ("to receive from"), or the MPI call it waits in ("MPI_Ibcast") when `peer` is -1.
+  /// Polls `ready()` (which drives MPI's progress) until it is true (`toolkit::wait_until`):
+  /// spins for 50 us when every local rank has a core (a reply is usually that close; a yield on
+  /// a busy host can give the core away for a whole time slice), only a few polls when ranks
+  /// outnumber cores, where spinning would starve the rank we wait for; then yields for 20 ms
+  /// (MPI progresses only inside our calls, so a short wait keeps pipelined transfers moving);
+  /// after that the peer is late, and it sleeps in short steps, which free the core. Every 16
+  /// looks it checks for failure notices from `peer` and `peer2` (any rank when `peer` is -1;
+  /// none when it is `no_notices`) and the deadline. `doing` says what it waits for ("to
+  /// receive from"), or the MPI call it waits in ("MPI_Ibcast") when `peer` is -1.
   template <class Ready>
   void drive(const wait_context& w, const header& h, int peer, int peer2, const char* doing, Ready ready) {
-    using clock = std::chrono::steady_clock;
-    // Spin first: for 50 us when every local rank has a core (a reply is usually that close; a
-    // yield on a busy host can give the core away for a whole time slice), only a few polls when
-    // ranks outnumber cores, where spinning would starve the rank we wait for.
-    if (st_->oversubscribed) {
-      for (int i = 0; i < 16; ++i)
-        if (ready()) return;
-    } else {
-      const auto until = clock::now() + std::chrono::microseconds(50);
-      for (int i = 1;; ++i) {
-        if (ready()) return;
-        if (i % 32 == 0 && clock::now() > until) break;
-      }
-    }
-    const auto start = clock::now();
-    const auto deadline = start + w.timeout;
-    for (unsigned round = 0;; ++round) {
-      if (ready()) return;
-      if (round % 16 == 0) {
-        detail::check_aborted(w, h, rank_, doing, peer);
-        if (peer != no_notices) check_notice(peer, h, w);
-        if (peer2 >= 0) check_notice(peer2, h, w);
-        const auto now = clock::now();
-        if (now > deadline) {
-          const std::string what = peer >= 0 ? std::string(doing) + " rank " + std::to_string(peer)
+    const bool over = st_->oversubscribed;
+    const toolkit::wait_policy policy{over ? 16 : 0, std::chrono::microseconds(over ? 0 : 50),
+                                      std::chrono::milliseconds(20), std::chrono::milliseconds(1), 16};
+    unsigned sleeps = 0;
+    toolkit::wait_until(
+        w, {h, rank_, doing, peer}, policy, ready,
+        [&](auto) {
+          if (peer != no_notices) check_notice(peer, h, w);
+          if (peer2 >= 0) check_notice(peer2, h, w);
+        },
+        [&](auto until) {
+          const auto left = until - std::chrono::steady_clock::now();
+          const std::chrono::nanoseconds step = std::chrono::microseconds(sleeps++ < 4096 ? 100 : 1000);
+          if (left.count() > 0) std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(step, left));
+        },
+        [&](auto) -> std::chrono::steady_clock::time_point {
+          const std::string what = peer >= 0    ? std::string(doing) + " rank " + std::to_string(peer)
                                    : peer == -1 ? std::string("in ") + doing + " for the other ranks"
                                                 : std::string(doing) + " the other ranks";
-          throw timeout_error(detail::where(h, w.algorithm) + ": rank " + std::to_string(rank_) + " timed out after " +
-                              detail::seconds_text(w.timeout) + " waiting " + what + " (" +
-                              std::to_string(h.bytes) + " bytes, " + detail::fingerprint_summary(h.fp) + ")");
-        }
-        // Yield for the first 20 ms (MPI progresses only inside our calls, so a short wait keeps
-        // pipelined transfers moving); after that the peer is late, and sleeping frees the core.
-        if (now - start > std::chrono::milliseconds(20))
-          std::this_thread::sleep_for(std::chrono::microseconds(round < 4096 ? 100 : 1000));
-      }
-      std::this_thread::yield();
-    }
+          toolkit::time_out(toolkit::where(h, w.algorithm) + ": rank " + std::to_string(rank_) + " timed out after " +
+                            toolkit::seconds_text(w.timeout) + " waiting " + what + " (" + std::to_string(h.bytes) +
+                            " bytes, " + detail::fingerprint_summary(h.fp) + ")");
+        });
   }
 
   /// Raises `peer_lost` if `peer` (any rank when -1) sent a failure notice.
@@ -1082,7 +1183,7 @@ class mpi {
     using namespace detail::mpi_impl;
     int flag = 0;
     MPI_Status status;
-    auto at = [&] { return detail::where(h, w.algorithm); };
+    auto at = [&] { return toolkit::where(h, w.algorithm); };
     check(MPI_Iprobe(peer >= 0 ? peer : MPI_ANY_SOURCE, tag_failure, st_->comm, &flag, &status), "MPI_Iprobe", at);
     if (!flag) return;
     int n = 0;
@@ -1105,7 +1206,6 @@ class mpi {
   int size_ = 1;
 };
 
-static_assert(transport<mpi>);
-static_assert(native_collectives<mpi>);
+static_assert(transport<mpi> && native_collectives<mpi> && failure_notices<mpi> && from_environment<mpi>);
 
 }  // namespace tutti

@@ -48,6 +48,10 @@ struct wait_policy {
   std::chrono::microseconds spin_for{0};      ///< and go on spinning until this long after the last progress
   std::chrono::microseconds yield_for{200};   ///< then yield between looks until this much later
   std::chrono::milliseconds slice{1000};      ///< the longest sleep of a wait that cannot be aborted
+  /// While spinning and yielding, check (abort, peers, deadline) every this many idle looks too,
+  /// not only before sleeping (0: only then): for waits that yield long (mpi, whose progress
+  /// happens only inside its calls).
+  int check_every = 0;
 };
 
 /// What one look found.
@@ -95,13 +99,18 @@ void wait_until(const wait_context& w, const wait_subject& s, const wait_policy&
       detail::cpu_relax();
       continue;
     }
-    if (now - last < p.spin_for + p.yield_for) {
+    const bool yielding = now - last < p.spin_for + p.yield_for;
+    if (yielding && (p.check_every <= 0 || looks % p.check_every != 0)) {
       std::this_thread::yield();
       continue;
     }
     check_aborted(w, s);
     check(now - start);
     if (now >= deadline) deadline = expired(now);
+    if (yielding) {
+      std::this_thread::yield();
+      continue;
+    }
     sleep(std::min(deadline, now + (w.aborted ? std::chrono::milliseconds(abort_poll) : p.slice)));
   }
 }
