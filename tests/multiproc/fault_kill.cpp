@@ -6,10 +6,12 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
+#include <set>
 #include <string>
 #include <tutti/tutti.hpp>
 #include <vector>
+
+#include "descriptors.hpp"
 
 // The same program over tcp (target tutti_fault_kill_tcp): survivors see closed connections.
 #ifdef TUTTI_FAULT_KILL_TCP
@@ -24,6 +26,10 @@ int main(int argc, char** argv) {
   const int victim = argc > 1 ? std::atoi(argv[1]) : 1;
   const int when = argc > 2 ? std::atoi(argv[2]) : 50;
   auto comm = tutti::communicator<transport>::from_env();
+  std::set<std::uint64_t> sockets;  // the tcp mesh's, which the failure must close
+#ifdef TUTTI_FAULT_KILL_TCP
+  sockets = tutti::test::mesh_sockets(comm.transport());
+#endif
   std::vector<float> v(argc > 3 ? std::atoi(argv[3]) : 100000, 1.0f);
   const auto t0 = std::chrono::steady_clock::now();
   try {
@@ -36,16 +42,13 @@ int main(int argc, char** argv) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const bool kind = dynamic_cast<const tutti::peer_lost*>(&e) || dynamic_cast<const tutti::timeout_error*>(&e);
     const bool names = std::string(e.what()).find("rank " + std::to_string(victim)) != std::string::npos;
-    // No descriptor of the segment may remain open in a survivor.
-    int segment_fds = 0;
-    for (const auto& fd : std::filesystem::directory_iterator("/proc/self/fd")) {
-      std::error_code ec;
-      const auto target = std::filesystem::read_symlink(fd.path(), ec).string();
-      if (target.find("tutti") != std::string::npos) ++segment_fds;
-    }
-    std::printf("survivor rank %d after %.2f s: %s (%s, names rank %d: %s, segment fds: %d)\n", comm.rank(), s,
-                e.what(), kind ? "expected kind" : "UNEXPECTED kind", victim, names ? "yes" : "no", segment_fds);
+    // No descriptor of the transport (the shm segment, the tcp mesh's sockets) may remain open in
+    // a survivor.
+    const int transport_fds = tutti::test::transport_descriptors(sockets);
+    std::printf("survivor rank %d after %.2f s: %s (%s, names rank %d: %s, transport fds: %d of %zu sockets)\n",
+                comm.rank(), s, e.what(), kind ? "expected kind" : "UNEXPECTED kind", victim, names ? "yes" : "no",
+                transport_fds, sockets.size());
     std::fflush(stdout);
-    return kind && names && segment_fds == 0 ? 0 : 3;
+    return kind && names && transport_fds == 0 ? 0 : 3;
   }
 }

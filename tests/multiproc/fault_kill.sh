@@ -19,7 +19,7 @@ for run in 2:100000 3:100000 4:100000 5:100000 3:1000000; do
   status=$?
   check "np=$np launcher exits 137" "[[ $status -eq 137 ]]"
   check "np=$np launcher names rank $victim" "grep -q 'rank $victim (pid [0-9]*) was killed by signal 9' <<<\"\$out\""
-  survivors=$(grep -c 'survivor rank .*expected kind, names rank [0-9]*: yes, segment fds: 0' <<<"$out")
+  survivors=$(grep -c 'survivor rank .*expected kind, names rank [0-9]*: yes, transport fds: 0 ' <<<"$out")
   check "np=$np all $((np - 1)) survivors raised peer_lost/timeout naming rank $victim" "[[ $survivors -eq $((np - 1)) ]]"
   check "np=$np no abstract socket left" "! grep -q 'tutti\.[0-9]*\.$job' /proc/net/unix"
   [[ $fail -eq 0 ]] || echo "$out" | tail -20

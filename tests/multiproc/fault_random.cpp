@@ -18,10 +18,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
+#include <set>
 #include <string>
 #include <thread>
 
+#include "descriptors.hpp"
 #include "random_collectives.hpp"
 
 #ifdef TUTTI_FAULT_TCP
@@ -76,15 +77,6 @@ int free_port() {
   return ntohs(a.sin_port);
 }
 
-int segment_fds() {
-  int n = 0;
-  for (const auto& fd : std::filesystem::directory_iterator("/proc/self/fd")) {
-    std::error_code ec;
-    if (std::filesystem::read_symlink(fd.path(), ec).string().find("tutti") != std::string::npos) ++n;
-  }
-  return n;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -107,6 +99,10 @@ int main(int argc, char** argv) {
   const std::uint64_t seed = std::strtoull(argv[1], nullptr, 0);
   const plan p = make_plan(seed);
   auto comm = tutti::communicator<transport>::from_env();
+  std::set<std::uint64_t> sockets;  // the tcp mesh's, which the failure must close
+#ifdef TUTTI_FAULT_TCP
+  sockets = tutti::test::mesh_sockets(comm.transport());
+#endif
   if (comm.size() != p.np) {
     std::printf("seed %llu plans %d ranks, the job has %d\n", static_cast<unsigned long long>(seed), p.np, comm.size());
     return 2;
@@ -140,10 +136,10 @@ int main(int argc, char** argv) {
     const bool kind_ok = dynamic_cast<const tutti::peer_lost*>(&e) || dynamic_cast<const tutti::timeout_error*>(&e);
     const bool names = std::string(e.what()).find("rank " + std::to_string(p.victim)) != std::string::npos;
     const bool in_time = took <= timeout_s + 2.0;
-    const int fds = segment_fds();
+    const int fds = tutti::test::transport_descriptors(sockets);  // the shm segment, the mesh's sockets
     // A victim that runs on (continued instead of killed) must not pass for a survivor.
     std::printf("%s rank %d in collective %llu (%s) after %.3f s (bound %.1f s): %s [%s, names rank %d: %s, "
-                "in time: %s, segment fds: %d]\n",
+                "in time: %s, transport fds: %d]\n",
                 comm.rank() == p.victim ? "VICTIM ran on:" : "survivor", comm.rank(), static_cast<unsigned long long>(i),
                 s.describe().c_str(), took, timeout_s + 2.0, e.what(),
                 kind_ok ? "expected kind" : "UNEXPECTED kind", p.victim, names ? "yes" : "NO", in_time ? "yes" : "NO",

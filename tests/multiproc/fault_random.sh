@@ -41,7 +41,7 @@ for ((t = 0; t < trials; ++t)); do
     check "tuttirun names rank $victim as stopped" "grep -q 'rank $victim (pid [0-9]*) was stopped by signal 19' <<<\"\$out\""
     check "tuttirun killed the stopped rank $victim" "grep -q 'rank $victim (pid [0-9]*) is stopped: killing it' <<<\"\$out\""
   fi
-  ok=$(grep -c "survivor rank .*\[expected kind, names rank $victim: yes, in time: yes, segment fds: 0\]" <<<"$out")
+  ok=$(grep -c "survivor rank .*\[expected kind, names rank $victim: yes, in time: yes, transport fds: 0\]" <<<"$out")
   check "all $((np - 1)) survivors raised peer_lost/timeout_error naming rank $victim in time" "[[ $ok -eq $((np - 1)) ]]"
   check "no wrong result, no victim that ran on" "! grep -q 'WRONG RESULT\\|VICTIM ran on' <<<\"\$out\""
   grep -o 'survivor rank [0-9]* in collective [0-9]* ([^)]*) after [0-9.]* s' <<<"$out" | sed 's/^/  /'
