@@ -2,11 +2,11 @@
 # Tests of tutti-bench (registered in tests/CMakeLists.txt). No timing is asserted.
 #
 #   test_tutti_bench.sh BENCH run NP [flags...]   runs BENCH flags... --csv FILE; expects exit 0,
-#       the exact CSV header, rows for every collective asked for (all nine for --collective all)
+#       the exact CSV header, rows for every collective asked for (all of the table's for --collective all)
 #       in the placements tutti has, np = NP, bytes consistent with count, and #wrong 0 everywhere
 #       (checked, never -1), and "Out of bounds values : 0 OK" in the table.
 #   test_tutti_bench.sh BENCH bad_flags           every bad invocation exits 2 naming the problem.
-#   test_tutti_bench.sh BENCH outputs             --osu table and --json file (threads, 3 ranks).
+#   test_tutti_bench.sh BENCH outputs             --osu table and --json file (inproc, 3 ranks).
 # TUTTI_BENCH_PREFIX, if set, is a launcher command put before BENCH in `run` (mpiexec -np 3 ...).
 set -u
 bench=$1 mode=$2
@@ -32,7 +32,7 @@ run)
   colls=all_reduce
   args=" $* "
   if [[ $args =~ \ --collective\ ([a-z_,]+)\  ]]; then colls=${BASH_REMATCH[1]}; fi
-  [[ $colls == all ]] && colls=broadcast,reduce,all_reduce,gather,all_gather,scatter,all_to_all,reduce_scatter,barrier
+  [[ $colls == all ]] && colls=broadcast,reduce,all_reduce,gather,all_gather,scatter,all_to_all,reduce_scatter,barrier,all_gather_v,gather_v,scatter_v,all_to_all_v,reduce_scatter_v
   skipped=$(sed -n 's/^tutti-bench: \([a-z_]*\): skipped, .*/\1/p' "$tmp/stderr" | tr '\n' ' ')
   awk -F, -v np="$np" -v colls="$colls" -v skipped="$skipped" '
     NR == 1 { next }
@@ -45,11 +45,13 @@ run)
       # the size column: count elements, times np for the per-rank-block collectives
       w = ($6 == "double" || $6 == "int64") ? 8 : ($6 == "int32" || $6 == "float") ? 4 : ($6 == "uint8") ? 1 : 2
       blocks = ($2 == "broadcast" || $2 == "reduce" || $2 == "all_reduce") ? 1 : np
+      # (a v-collective: the sum of the counts, which every --counts pattern keeps at np blocks)
       if ($2 != "barrier" && $9 != $10 * w * blocks) { print "bytes " $9 " != count " $10 " x " w " x " blocks; bad = 1 }
     }
     END {
       n = split(colls, c, ",")
-      split("broadcast:1 reduce:1 all_reduce:01 gather:01 all_gather:01 scatter:01 all_to_all:0 reduce_scatter:0 barrier:0", p, " ")
+      split("broadcast:1 reduce:1 all_reduce:01 gather:01 all_gather:01 scatter:01 all_to_all:0 reduce_scatter:0 barrier:0 " \
+            "all_gather_v:01 gather_v:01 scatter_v:01 all_to_all_v:0 reduce_scatter_v:0", p, " ")
       for (i in p) { split(p[i], kv, ":"); places[kv[1]] = kv[2] }
       for (i = 1; i <= n; i++) {
         if (index(" " skipped, " " c[i] " ")) continue
@@ -77,10 +79,11 @@ bad_flags)
     "--algo fastest|--algo fastest: unknown algorithm"
     "--algo ring --collective all_to_all|--algo ring has no all_to_all schedule"
     "--algo tree --collective all_to_all,all_reduce|--algo tree has no all_to_all schedule"
-    "--algo shared_memory --transport threads|--algo shared_memory needs --transport shm"
-    "--algo native --transport shm|--algo native needs --transport mpi"
+    "--algo shared_memory --transport inproc|--algo shared_memory needs a transport with shared windows"
+    "--algo native --transport shm|--algo native needs a transport with collectives of its own"
+    "--counts lumpy --collective all_gather_v|--counts lumpy: unknown pattern"
     "--np 3 -r 3|-r 3 is not a rank of --np 3"
-    "--transport threads -r 1|-r 1 is not a rank of --np 1"
+    "--transport inproc -r 1|-r 1 is not a rank of --np 1"
     "--np 0|--np 0: expected an integer"
     "-n|-n needs a value"
     "--frobnicate|unknown flag --frobnicate"
@@ -101,7 +104,7 @@ bad_flags)
   ;;
 
 outputs)
-  "$bench" --transport threads --np 3 --collective all_gather,barrier -b 1K -e 4K -f 4 -n 3 -w 1 --osu \
+  "$bench" --transport inproc --np 3 --collective all_gather,barrier -b 1K -e 4K -f 4 -n 3 -w 1 --osu \
     --json "$tmp/out.json" > "$tmp/stdout" || fail "the --osu run exited $?"
   cat "$tmp/stdout"
   grep -q '^# Size *Avg Latency(us) *Min Latency(us) *Max Latency(us) *Iterations$' "$tmp/stdout" ||
@@ -114,7 +117,7 @@ d = json.load(open(sys.argv[1]))
 m = d["meta"]
 for k in ("host", "cores", "date", "command_line", "transport", "np"):
     assert k in m, k
-assert m["transport"] == "threads" and m["np"] == 3, m
+assert m["transport"] == "inproc" and m["np"] == 3, m
 r = d["results"]
 assert len(r) == 5, len(r)  # all_gather: 2 sizes x 2 placements; barrier: 1
 assert all(x["wrong"] == 0 and x["library"] == "tutti" for x in r), r

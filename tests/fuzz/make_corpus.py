@@ -62,21 +62,31 @@ store = {
     "reply_of_4GiB": struct.pack("<BI", 0, 0xFFFFFFFF),
 }
 
-# tutti/transport/tcp.hpp, tutti/core/fingerprint.hpp
-MESSAGE_MAGIC = 0x67736D2D69747475  # "utti-msg"
-FAILURE_MAGIC = 0x6C69616669747475  # "uttifail"
+# tutti/transport/tcp/wire.hpp, tutti/transport/toolkit/wire.hpp (the 64-byte frame: magic u32,
+# the fingerprint's 52-byte encoding, bytes u64)
+MESSAGE_MAGIC = 0x6D697474  # "ttim"
+FAILURE_MAGIC = 0x66697474  # "ttif"
+STALL_MAGIC = 0x73697474    # "ttis"
+WAITING_MAGIC = 0x77697474  # "ttiw"
+NOTE_MAGIC = 0x6E697474     # "ttin"
 HELLO_MAGIC = 0x6F6C6C6569747475  # "uttiello"
+HELLO_VERSION = 2
 ALL_REDUCE = 2
 
 
-def wire(magic=MESSAGE_MAGIC, context=0, seq=3, count=7, dtype=9, op=1, root=-1, algo=0, coll=ALL_REDUCE,
+def wire(magic=MESSAGE_MAGIC, context=0, seq=3, count=7, shape=0, dtype=9, op=1, root=-1, algo=0, coll=ALL_REDUCE,
          elem_size=4, nbytes=28):
-    fp = struct.pack("<QQQIIiIBBH", context, seq, count, dtype, op, root, algo, coll, elem_size, 0) + b"\0" * 4
-    assert len(fp) == 48  # sizeof(fingerprint), its tail padding included
-    return struct.pack("<Q", magic) + fp + struct.pack("<Q", nbytes)
+    fp = struct.pack("<QQQQIIiIBBH", context, seq, count, shape, dtype, op, root, algo, coll, elem_size, 0)
+    assert len(fp) == 52  # toolkit::wire::fingerprint_bytes
+    return struct.pack("<I", magic) + fp + struct.pack("<Q", nbytes)
 
 
-def mesh_hello(frm=1, world=3, stream=0, streams=1, job="unit", token="token", version=1):
+def notice(magic, text=b"", nbytes=None):
+    return wire(magic=magic, context=0, seq=0, count=0, dtype=0, op=0, root=0, coll=0, elem_size=0,
+                nbytes=len(text) if nbytes is None else nbytes) + text
+
+
+def mesh_hello(frm=1, world=3, stream=0, streams=1, job="unit", token="token", version=HELLO_VERSION):
     return struct.pack("<QIiiii", HELLO_MAGIC, version, frm, world, stream, streams) + s(job) + s(token)
 
 
@@ -87,15 +97,19 @@ tcp = {
     "message_of_2^64_bytes": wire(nbytes=(1 << 64) - 1),
     "message_unknown_collective": wire(coll=200),
     "message_unknown_dtype_op": wire(dtype=0xDEADBEEF, op=77, elem_size=255),
-    "failure_notice": struct.pack("<Q", FAILURE_MAGIC) + b"\0" * 48 + struct.pack("<Q", 10) + b"rank died.",
-    "failure_notice_of_2^64_bytes": struct.pack("<Q", FAILURE_MAGIC) + b"\0" * 48 + struct.pack("<Q", (1 << 64) - 1),
+    "message_v_counts": wire(coll=9, count=40, shape=0x1234567890ABCDEF, nbytes=24),
+    "failure_notice": notice(FAILURE_MAGIC, b"rank died."),
+    "failure_notice_of_2^64_bytes": notice(FAILURE_MAGIC, nbytes=(1 << 64) - 1),
+    "stall_notice": notice(STALL_MAGIC, b"rank 1 timed out"),
+    "note": notice(NOTE_MAGIC, b"usage_error: gather: root 7 is outside 0..3"),
+    "waiting_notice": wire(magic=WAITING_MAGIC, nbytes=0),
     "garbage": b"G" * 64,
     "header_cut_short": wire()[:20],
     "hello": mesh_hello(),
     "hello_cut_short": mesh_hello()[:20],
     "hello_job_id_of_2GiB": mesh_hello()[:28] + struct.pack("<I", 0x7FFFFFFF),
     "hello_token_of_4GiB": mesh_hello()[:28] + s("unit") + struct.pack("<I", 0xFFFFFFFF),
-    "hello_wrong_version": mesh_hello(version=2),
+    "hello_wrong_version": mesh_hello(version=1),
     "answer_ok": struct.pack("<QBI", HELLO_MAGIC, 0, 0),
     "answer_refused": struct.pack("<QBI", HELLO_MAGIC, 1, 25) + b"wrong job token or job id",
     "answer_of_4GiB": struct.pack("<QBI", HELLO_MAGIC, 1, 0xFFFFFFFF),

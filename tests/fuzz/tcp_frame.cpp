@@ -1,4 +1,5 @@
-// libFuzzer target: tutti::tcp's wire parsers (tutti/transport/tcp.hpp), fed what a peer or a
+// libFuzzer target: tutti::tcp's wire parsers (tutti/transport/tcp/wire.hpp, which needs no
+// Asio: this target includes it alone), fed what a peer or a
 // stranger could send: the first 64 bytes as a frame header, checked against the header this
 // rank expects as the receiver checks it (`parse_frame_head`, then `check_header`, whose error
 // message names every field it got); the whole input as a mesh hello (`parse_mesh_hello`), as an
@@ -10,7 +11,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
-#include <tutti/transport/tcp.hpp>
+#include <tutti/transport/tcp/wire.hpp>
 
 namespace {
 using namespace tutti;
@@ -18,13 +19,13 @@ using namespace tutti::detail::tcp_impl;
 using tutti::detail::store_impl::malformed;
 
 void frame(std::string_view in) {
-  if (in.size() < sizeof(wire_header)) return;
-  wire_header w;
+  if (in.size() < sizeof(toolkit::wire::frame)) return;
+  toolkit::wire::frame w;
   std::memcpy(&w, in.data(), sizeof w);
   try {
     const frame_head f = parse_frame_head(w);
-    if (f.failure) {
-      if (f.text_bytes > max_failure_text) __builtin_trap();
+    if (f.kind != toolkit::wire::kind::message) {
+      if (f.text_bytes > toolkit::max_notice_text) __builtin_trap();
       return;
     }
     header want;
@@ -35,7 +36,7 @@ void frame(std::string_view in) {
     want.fp.elem_size = 4;
     want.fp.op = 1;
     want.bytes = 28;
-    tutti::detail::check_header(want, 1, f.h, 0, "ring");
+    toolkit::check_header(want, 1, f.h, 0, "ring");
   } catch (const malformed&) {
   } catch (const mismatch_error& e) {
     if (std::string_view(e.what()).empty()) __builtin_trap();

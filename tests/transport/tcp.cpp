@@ -431,18 +431,25 @@ TEST_CASE("tcp: the parsers take bytes and give a hello, a frame header, 'incomp
   std::string long_id = h.substr(0, hello_fixed) + std::string("\xff\xff\xff\x7f", 4);
   CHECK(reason([&] { parse_mesh_hello(long_id); }) == "job id of 2147483647 bytes");
   CHECK(reason([] { parse_mesh_hello(std::string(8, 'G')); }) == "not a tutti connection (wrong magic) [stranger]");
-  wire_header w{};
-  w.magic = message_magic;
+  toolkit::wire::frame w{};
+  w.magic = static_cast<std::uint32_t>(toolkit::wire::kind::message);
   w.bytes = ~std::uint64_t{0};
   const auto f = parse_frame_head(w);
-  CHECK_FALSE(f.failure);
+  CHECK(f.kind == toolkit::wire::kind::message);
   CHECK(f.h.bytes == ~std::uint64_t{0});  // a count the receiver compares, never allocates
-  w.magic = failure_magic;
-  CHECK(parse_frame_head(w).text_bytes == max_failure_text);
-  w.magic = message_magic;
-  reinterpret_cast<unsigned char*>(w.fp)[offsetof(fingerprint, coll)] = 200;
+  for (auto k : {toolkit::wire::kind::failure, toolkit::wire::kind::stall, toolkit::wire::kind::note}) {
+    w.magic = static_cast<std::uint32_t>(k);
+    CHECK(parse_frame_head(w).kind == k);
+    CHECK(parse_frame_head(w).text_bytes == toolkit::max_notice_text);  // cut to the cap
+  }
+  w.magic = static_cast<std::uint32_t>(toolkit::wire::kind::waiting);
+  CHECK(parse_frame_head(w).text_bytes == 0);
+  w.magic = static_cast<std::uint32_t>(toolkit::wire::kind::message);
+  fingerprint odd;
+  odd.coll = static_cast<collective>(200);
+  toolkit::wire::encode(odd, w.fp.data());
   CHECK(reason([&] { parse_frame_head(w); }) == "unknown collective 200");
-  w.magic = 0x4747474747474747ull;
+  w.magic = 0x47474747u;
   CHECK(reason([&] { parse_frame_head(w); }).find("not a tutti message") == 0);
 }
 
@@ -488,9 +495,9 @@ TEST_CASE("tcp: connections without this job's hello are refused and logged, and
     {
       raw_peer c(host, port);  // another protocol version: refused, not fatal
       std::string v2 = hello_text(1, 3, 0, 1, j.job_id, secret);
-      v2[8] = 2;
-      CHECK(has(c.exchange(v2), "protocol version 2 differs from 1"));
-      lines.push_back(prefix + c.address() + ": protocol version 2 differs from 1");
+      v2[8] = 1;  // the version before the fingerprint's fixed encoding
+      CHECK(has(c.exchange(v2), "protocol version 1 differs from 2"));
+      lines.push_back(prefix + c.address() + ": protocol version 1 differs from 2");
     }
     {
       // Silent connections past the cap: the oldest are closed to make room for newer ones.

@@ -22,7 +22,9 @@ namespace tutti_bench {
 
 enum class dtype_kind { f32, f64, i32, i64, u8, f16, bf16 };
 enum class op_kind { sum, prod, min, max, avg };
-enum class transport_kind { shm, tcp, threads, mpi };
+enum class transport_kind { shm, tcp, inproc, mpi };
+/// How the v-collectives' counts are spread over the ranks (--counts).
+enum class counts_pattern { uniform, linear, one_heavy };
 
 /// Everything the command line sets; identical on every rank (each parses the same argv).
 struct options {
@@ -36,7 +38,8 @@ struct options {
   int root = 0;
   std::vector<tutti::collective> collectives{tutti::collective::all_reduce};
   transport_kind transport = transport_kind::shm;
-  std::string algo = "automatic";  // automatic or one of automatic::choice_name
+  std::string algo = "automatic";  // automatic or a candidate of automatic (automatic::names)
+  counts_pattern counts = counts_pattern::uniform;
   int np = 0;                      // --np; 0: not given
   double seconds_per_size = 0.25;  // with -n 0
   std::string json_path, csv_path;  // empty: none; "-": stdout
@@ -48,8 +51,10 @@ struct options {
 const char* dtype_name(dtype_kind d);
 const char* op_name(op_kind o);
 const char* transport_name(transport_kind t);
-/// Whether `--algo` has a schedule for `c` on the chosen transport (automatic always has).
+/// Whether `--algo` has a schedule for `c` on the chosen transport (automatic always has), and
+/// whether it has one for any collective there.
 bool algo_supports(const options& o, tutti::collective c);
+bool algo_runs_any(const options& o);
 
 /// One placement of one size: the slowest rank's mean time per call (time_us), the fastest's
 /// and the mean over ranks (for --osu), and the wrong elements summed over ranks (-1: unchecked).
@@ -99,11 +104,34 @@ inline double bus_factor(tutti::collective c, int n) {
     case collective::reduce_scatter:
     case collective::all_to_all:
     case collective::gather:
-    case collective::scatter: return static_cast<double>(n - 1) / n;
+    case collective::scatter:
+    case collective::all_gather_v:
+    case collective::reduce_scatter_v:
+    case collective::all_to_all_v:
+    case collective::gather_v:
+    case collective::scatter_v: return static_cast<double>(n - 1) / n;
     case collective::broadcast:
     case collective::reduce: return 1.0;
     default: return 0.0;
   }
+}
+
+/// The v-collectives' counts on `n` ranks for an average block of `block` elements (--counts):
+/// counts[r] for all_gather_v, gather_v, scatter_v and reduce_scatter_v; for all_to_all_v,
+/// counts[j] is what every rank sends rank j. The total is n x block whatever the pattern.
+inline std::vector<std::size_t> counts_for(counts_pattern pattern, int n, std::size_t block) {
+  const auto N = static_cast<std::size_t>(n);
+  std::vector<std::size_t> c(N, block);
+  if (pattern == counts_pattern::one_heavy) {
+    std::fill(c.begin(), c.end(), 0);
+    c[0] = block * N;
+  } else if (pattern == counts_pattern::linear && n > 1) {
+    // rank r: block * 2(r+1)/(n+1), rounded down; rank n-1 takes what is left
+    std::size_t sum = 0;
+    for (std::size_t r = 0; r + 1 < N; ++r) sum += c[r] = block * 2 * (r + 1) / (N + 1);
+    c[N - 1] = block * N - sum;
+  }
+  return c;
 }
 
 /// The sizes of the sweep (-b, -e, -f), in bytes.
@@ -256,9 +284,8 @@ class runner {
     using tutti::collective;
     using tutti::view;
     const std::size_t n = static_cast<std::size_t>(n_), me = static_cast<std::size_t>(r_);
-    const bool reduction = c == collective::reduce || c == collective::all_reduce || c == collective::reduce_scatter;
-    const bool rooted = c == collective::broadcast || c == collective::reduce || c == collective::gather ||
-                        c == collective::scatter;
+    const bool reduction = tutti::info(c).reduces;
+    const bool rooted = tutti::info(c).rooted;
     const int root = o_.root;
     // nccl-tests' sizes: broadcast, reduce and all_reduce take the whole buffer; the others a
     // block per rank, the size column being the whole (n blocks).
@@ -359,6 +386,86 @@ class runner {
                                    [&] { return count_wrong(b, total, [&](std::size_t k) { return in(pair(k / blk, me), k % blk); }); });
         break;
       }
+      case collective::all_gather_v:
+      case collective::gather_v: {
+        const bool all = c == collective::all_gather_v;
+        const auto counts = counts_for(o_.counts, n_, count);
+        const auto offs = tutti::displacements(counts);
+        const std::size_t mine = counts[me], at = offs[me];
+        auto call = [&](const T* src) {
+          if (all) c_.all_gather_v(view<const T>(src, mine), view<T>(b, total), counts);
+          else c_.gather_v(view<const T>(src, mine), view<T>(b, total), counts, root);
+        };
+        auto verify = [&] {
+          if (!all && r_ != root) return 0LL;
+          long long w = 0;
+          for (int r = 0; r < n_; ++r)
+            for (std::size_t i = 0; i < counts[static_cast<std::size_t>(r)]; ++i)
+              w += !same(b[offs[static_cast<std::size_t>(r)] + i], in(r, i));
+          return w;
+        };
+        res.out_of_place = measure([&] { for (std::size_t i = 0; i < mine; ++i) a[i] = in(r_, i);
+                                         fill(b, total, sentinel<T>()); },
+                                   [&] { call(a); }, verify);
+        res.in_place = measure([&] { fill(b, total, sentinel<T>());
+                                     for (std::size_t i = 0; i < mine; ++i) b[at + i] = in(r_, i); },
+                               [&] { call(b + at); }, verify);
+        break;
+      }
+      case collective::scatter_v: {
+        const auto counts = counts_for(o_.counts, n_, count);
+        const auto offs = tutti::displacements(counts);
+        const std::size_t mine = counts[me], at = offs[me];
+        auto fill_in = [&](T* p) {
+          for (int r = 0; r < n_; ++r)
+            for (std::size_t i = 0; i < counts[static_cast<std::size_t>(r)]; ++i)
+              p[offs[static_cast<std::size_t>(r)] + i] = r_ == root ? in(r, i) : sentinel<T>();
+        };
+        res.out_of_place = measure([&] { fill_in(a); fill(b, mine, sentinel<T>()); },
+                                   [&] { c_.scatter_v(view<const T>(a, total), counts, view<T>(b, mine), root); },
+                                   [&] { return count_wrong(b, mine, [&](std::size_t i) { return in(r_, i); }); });
+        res.in_place = measure([&] { fill_in(b); },
+                               [&] { c_.scatter_v(view<const T>(b, total), counts, view<T>(b + at, mine), root); },
+                               [&] { return count_wrong(b + at, mine, [&](std::size_t i) { return in(r_, i); }); });
+        break;
+      }
+      case collective::all_to_all_v: {  // in and out may not overlap: no in-place form
+        // every rank sends rank j counts[j] elements, so rank me receives counts[me] from each
+        const auto per = counts_for(o_.counts, n_, count);
+        std::vector<std::size_t> send(per), recv(n, per[me]);
+        const auto soff = tutti::displacements(send), roff = tutti::displacements(recv);
+        std::size_t stotal = 0, rtotal = 0;
+        for (auto v : send) stotal += v;
+        for (auto v : recv) rtotal += v;
+        auto pair = [&](std::size_t from, std::size_t to_rank) { return static_cast<long long>(from * n + to_rank); };
+        a_.reserve(std::max(stotal, rtotal) * sizeof(T));
+        b_.reserve(std::max(stotal, rtotal) * sizeof(T));
+        a = reinterpret_cast<T*>(a_.data());
+        b = reinterpret_cast<T*>(b_.data());
+        res.bytes = stotal * sizeof(T);
+        res.out_of_place = measure([&] { for (std::size_t j = 0; j < n; ++j)
+                                           for (std::size_t i = 0; i < send[j]; ++i) a[soff[j] + i] = in(pair(me, j), i);
+                                         fill(b, rtotal, sentinel<T>()); },
+                                   [&] { c_.all_to_all_v(view<const T>(a, stotal), send, view<T>(b, rtotal), recv); },
+                                   [&] {
+                                     long long w = 0;
+                                     for (std::size_t i = 0; i < n; ++i)
+                                       for (std::size_t k = 0; k < recv[i]; ++k) w += !same(b[roff[i] + k], in(pair(i, me), k));
+                                     return w;
+                                   });
+        break;
+      }
+      case collective::reduce_scatter_v:  // in and out may not overlap: no in-place form
+        with_op(o_.op, [&](auto op) {
+          const auto counts = counts_for(o_.counts, n_, count);
+          const auto offs = tutti::displacements(counts);
+          const std::size_t mine = counts[me];
+          res.out_of_place = measure([&] { for (std::size_t i = 0; i < total; ++i) a[i] = in(r_, i);
+                                           fill(b, mine, sentinel<T>()); },
+                                     [&] { c_.reduce_scatter_v(view<const T>(a, total), view<T>(b, mine), counts, op); },
+                                     [&] { return count_wrong(b, mine, [&](std::size_t i) { return red[offs[me] + i]; }); });
+        });
+        break;
       default: break;
     }
     return res;
@@ -448,10 +555,16 @@ int run_process(const options& o) {
 }
 
 // Entry points, one per transport (over_*.cpp). Each joins the job, runs, and returns the process
-// exit status (0; 1 when a result was wrong).
-int run_threads(const options& o);
+// exit status (0; 1 when a result was wrong); supports_* say whether candidate `algo` of
+// automatic has a schedule for `c` on that transport (automatic::support).
+int run_inproc(const options& o);
 int run_shm(const options& o);
 int run_tcp(const options& o);
 int run_mpi(const options& o);
+bool supports_inproc(std::size_t algo, tutti::collective c);
+bool supports_shm(std::size_t algo, tutti::collective c);
+bool supports_tcp(std::size_t algo, tutti::collective c);
+bool supports_mpi(std::size_t algo, tutti::collective c);
+
 
 }  // namespace tutti_bench

@@ -1,10 +1,10 @@
-// tutti-bench: nccl-tests-style benchmark of tutti's collectives, over shm, tcp, threads or MPI.
+// tutti-bench: nccl-tests-style benchmark of tutti's collectives, over shm, tcp, inproc (threads) or MPI.
 //
 //   tutti-bench --transport shm --np 4 --collective all_reduce -b 8 -e 64M -f 2 -c 1
 //
 // Without a launcher in the environment it starts itself through `tuttirun --nproc-per-node=N`
 // (the tuttirun next to this program, else the one on PATH); under tuttirun, torchrun, mpirun or
-// srun it is one rank of their job. `--transport threads` runs N threads in this process.
+// srun it is one rank of their job. `--transport inproc` runs N threads in this process.
 // Rank 0 prints nccl-tests' table (or OSU's with --osu) and writes --csv / --json.
 #include <unistd.h>
 
@@ -43,14 +43,21 @@ all_to_all and reduce_scatter out of place only).
   -w, --warmup_iters N     untimed iterations before (default 5)
   -c, --check 0|1          check every result after the timed loop (default 1)
   -d, --datatype T         float, double, int32, int64, uint8, half (float16), bfloat16
-  -o, --op OP              sum, prod, min, max, avg (reduce, all_reduce, reduce_scatter)
-  -r, --root R             root of broadcast, reduce, gather, scatter (default 0)
+  -o, --op OP              sum, prod, min, max, avg (reduce, all_reduce, reduce_scatter(_v))
+  -r, --root R             root of broadcast, reduce, gather(_v), scatter(_v) (default 0)
   --collective C           broadcast, reduce, all_reduce, gather, all_gather, scatter,
-                           all_to_all, reduce_scatter, barrier, a comma-separated list, or all
-  --transport T            shm (default), tcp, threads, mpi (when built with MPI)
+                           all_to_all, reduce_scatter, barrier, all_gather_v, gather_v,
+                           scatter_v, all_to_all_v, reduce_scatter_v, a comma-separated list,
+                           or all
+  --counts P               the v-collectives' counts: uniform (default: every rank the same
+                           block), linear (rank r's block grows with r; the same total), or
+                           one-heavy (rank 0 holds the whole total, the others nothing; for
+                           all_to_all_v every rank sends everything to rank 0)
+  --transport T            shm (default), tcp, inproc (threads of one process), mpi (when
+                           built with MPI)
   --algo A                 automatic (default), ring, tree, recursive_doubling, direct,
                            shared_memory (shm), native (mpi)
-  --np N                   ranks: starts tuttirun --nproc-per-node=N (threads: N threads);
+  --np N                   ranks: starts tuttirun --nproc-per-node=N (inproc: N threads);
                            under a launcher, must equal its world size
   --csv FILE               one row per size and placement ('-': stdout, and no table):
                            library,collective,transport,algorithm,np,dtype,op,root,bytes,count,
@@ -70,8 +77,10 @@ all_to_all and reduce_scatter out of place only).
   -h, --help               this text
 
 Time is the slowest rank's mean time per call; busbw = algbw x the nccl-tests factor
-(all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all, gather, scatter (n-1)/n;
-broadcast, reduce 1). Exit status: 0, 1 (an error or a wrong result), 2 (bad flags).
+(all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all, gather, scatter and their
+v-forms (n-1)/n; broadcast, reduce 1). The size of a v-collective is the sum of its counts,
+its count column the average block. Exit status: 0, 1 (an error or a wrong result), 2 (bad
+flags).
 )";
 
 struct usage_error_exit : std::runtime_error {
@@ -113,8 +122,7 @@ long parse_int(std::string_view flag, std::string_view v, long lo, long hi) {
 }
 
 std::optional<tutti::collective> collective_named(std::string_view n) {
-  for (int i = 0; i < 9; ++i)
-    if (tutti::collective_name(static_cast<tutti::collective>(i)) == n) return static_cast<tutti::collective>(i);
+  if (const auto c = tutti::collective_named(n)) return c;
   if (n == "allreduce") return tutti::collective::all_reduce;
   if (n == "allgather") return tutti::collective::all_gather;
   if (n == "alltoall") return tutti::collective::all_to_all;
@@ -218,7 +226,7 @@ parsed parse_command_line(int argc, char** argv) {
       o.collectives.clear();
       p.collectives_all = v == "all";
       if (p.collectives_all) {
-        for (int c = 0; c < 9; ++c) o.collectives.push_back(static_cast<tutti::collective>(c));
+        for (std::size_t c = 0; c < tutti::scheduled_count; ++c) o.collectives.push_back(static_cast<tutti::collective>(c));
       } else {
         std::string_view rest = v;
         while (true) {
@@ -226,9 +234,8 @@ parsed parse_command_line(int argc, char** argv) {
           const auto name = rest.substr(0, comma);
           const auto c = collective_named(name);
           if (!c)
-            throw usage_error_exit("--collective " + std::string(name) +
-                                   ": unknown collective (broadcast, reduce, all_reduce, gather, all_gather, scatter, "
-                                   "all_to_all, reduce_scatter, barrier or all)");
+            throw usage_error_exit("--collective " + std::string(name) + ": unknown collective (" +
+                                   std::string(tutti::scheduled_names()) + ", or all)");
           o.collectives.push_back(*c);
           if (comma == std::string_view::npos) break;
           rest.remove_prefix(comma + 1);
@@ -238,20 +245,25 @@ parsed parse_command_line(int argc, char** argv) {
       const std::string v = next();
       if (v == "shm") o.transport = transport_kind::shm;
       else if (v == "tcp") o.transport = transport_kind::tcp;
-      else if (v == "threads" || v == "inproc") o.transport = transport_kind::threads;
+      else if (v == "inproc" || v == "threads") o.transport = transport_kind::inproc;  // threads: its old name
       else if (v == "mpi") o.transport = transport_kind::mpi;
-      else throw usage_error_exit("--transport " + v + ": unknown transport (shm, tcp, threads, mpi)");
+      else throw usage_error_exit("--transport " + v + ": unknown transport (shm, tcp, inproc, mpi)");
       if (!transport_built(o.transport))
         throw usage_error_exit("--transport " + v + ": this tutti-bench was built without it (" +
                                (v == "tcp" ? "Asio, Debian libasio-dev, was not found" : "no MPI was found") + ")");
     } else if (flag == "--algo") {
       o.algo = next();
-      bool known = o.algo == "automatic";
-      for (int a = 0; a < 6; ++a)
-        known = known || tutti::algo::automatic::choice_name(static_cast<tutti::algo::automatic::choice>(a)) == o.algo;
-      if (!known)
-        throw usage_error_exit("--algo " + o.algo +
-                               ": unknown algorithm (automatic, ring, tree, recursive_doubling, direct, shared_memory, native)");
+      if (o.algo != "automatic" && !tutti::algo::automatic::index_of(o.algo)) {
+        std::string names = "automatic";
+        for (auto n : tutti::algo::automatic::names) names += ", " + std::string(n);
+        throw usage_error_exit("--algo " + o.algo + ": unknown algorithm (" + names + ")");
+      }
+    } else if (flag == "--counts") {
+      const std::string v = next();
+      if (v == "uniform") o.counts = counts_pattern::uniform;
+      else if (v == "linear") o.counts = counts_pattern::linear;
+      else if (v == "one-heavy") o.counts = counts_pattern::one_heavy;
+      else throw usage_error_exit("--counts " + v + ": unknown pattern (uniform, linear, one-heavy)");
     } else {
       throw usage_error_exit("unknown flag " + flag);
     }
@@ -263,12 +275,10 @@ parsed parse_command_line(int argc, char** argv) {
     throw usage_error_exit("-f " + std::to_string(o.factor) + ": the step factor must be at least 2 (or -b equal to -e)");
   if (o.np && o.root >= o.np)
     throw usage_error_exit("-r " + std::to_string(o.root) + " is not a rank of --np " + std::to_string(o.np));
-  if (o.algo == "shared_memory" && o.transport != transport_kind::shm)
-    throw usage_error_exit("--algo shared_memory needs --transport shm (shared windows); " +
+  if (const auto i = tutti::algo::automatic::index_of(o.algo); i && !algo_runs_any(o)) {
+    throw usage_error_exit("--algo " + o.algo + " needs " + std::string(tutti::algo::automatic::needs[*i]) + "; --transport " +
                            std::string(transport_name(o.transport)) + " has none");
-  if (o.algo == "native" && o.transport != transport_kind::mpi)
-    throw usage_error_exit("--algo native needs --transport mpi (MPI's own collectives); " +
-                           std::string(transport_name(o.transport)) + " has none");
+  }
   if (!p.collectives_all)
     for (auto c : o.collectives)
       if (!algo_supports(o, c))
@@ -314,20 +324,30 @@ const char* op_name(op_kind o) {
   return n[static_cast<int>(o)];
 }
 const char* transport_name(transport_kind t) {
-  constexpr const char* n[] = {"shm", "tcp", "threads", "mpi"};
+  constexpr const char* n[] = {"shm", "tcp", "inproc", "mpi"};
   return n[static_cast<int>(t)];
 }
 
 bool algo_supports(const options& o, tutti::collective c) {
-  using A = tutti::algo::automatic;
   if (o.algo == "automatic") return true;
-  for (int a = 0; a < 6; ++a) {
-    const auto ch = static_cast<A::choice>(a);
-    if (A::choice_name(ch) != o.algo) continue;
-    if (ch == A::choice::shared_memory) return o.transport == transport_kind::shm;
-    if (ch == A::choice::native) return o.transport == transport_kind::mpi;
-    return A::supports(ch, c);
+  const auto i = tutti::algo::automatic::index_of(o.algo);
+  if (!i) return false;
+  switch (o.transport) {
+    case transport_kind::shm: return supports_shm(*i, c);
+    case transport_kind::inproc: return supports_inproc(*i, c);
+#ifdef TUTTI_BENCH_HAVE_TCP
+    case transport_kind::tcp: return supports_tcp(*i, c);
+#endif
+#ifdef TUTTI_BENCH_HAVE_MPI
+    case transport_kind::mpi: return supports_mpi(*i, c);
+#endif
+    default: return false;
   }
+}
+
+bool algo_runs_any(const options& o) {
+  for (std::size_t c = 0; c < tutti::scheduled_count; ++c)
+    if (algo_supports(o, static_cast<tutti::collective>(c))) return true;
   return false;
 }
 
@@ -416,10 +436,10 @@ report::report(const options& o, int np, int threads) : p_(new impl(o, np, threa
     ::gethostname(host, sizeof host - 1);
     std::fprintf(t, "# tutti-bench: transport %s, algorithm %s, np %d (%s)\n", transport_name(o.transport),
                  p_->algo_label().c_str(), np,
-                 o.transport == transport_kind::threads ? "threads of one process" : "one process per rank");
+                 o.transport == transport_kind::inproc ? "threads of one process" : "one process per rank");
     std::fprintf(t, "# nThread %d nProcs %d minBytes %zu maxBytes %zu step: %zu(factor) warmup iters: %d iters: %d%s "
                     "validation: %d\n",
-                 threads, o.transport == transport_kind::threads ? 1 : np, o.min_bytes, o.max_bytes, o.factor, o.warmup,
+                 threads, o.transport == transport_kind::inproc ? 1 : np, o.min_bytes, o.max_bytes, o.factor, o.warmup,
                  o.iters, o.iters == 0 ? " (calibrated)" : "", o.check ? 1 : 0);
     std::fprintf(t, "# Host %s, %u cores\n#\n", host, std::thread::hardware_concurrency());
     std::fflush(t);
@@ -566,7 +586,7 @@ int main(int argc, char** argv) {
   }
   if (p.tune) {
     if (o.algo != "automatic" || o.transport == transport_kind::mpi) {
-      std::fprintf(stderr, "tutti-bench: --tune measures every algorithm itself over shm, tcp or threads "
+      std::fprintf(stderr, "tutti-bench: --tune measures every algorithm itself over shm, tcp or inproc "
                            "(no --algo, no --transport mpi)\n");
       return 2;
     }
@@ -581,12 +601,12 @@ int main(int argc, char** argv) {
     // --algo X: every communicator of this process takes X through TUTTI_ALGO (one name: every
     // collective X has a schedule for; the others were rejected or are skipped above).
     if (o.algo != "automatic") ::setenv("TUTTI_ALGO", o.algo.c_str(), 1);
-    if (o.transport == transport_kind::threads) {
+    if (o.transport == transport_kind::inproc) {
       if (o.root >= std::max(o.np, 1)) {
         std::fprintf(stderr, "tutti-bench: -r %d is not a rank of --np %d\n", o.root, std::max(o.np, 1));
         return 2;
       }
-      return run_threads(o);
+      return run_inproc(o);
     }
     if (!launcher_in_environment()) {
       if (o.transport == transport_kind::mpi) {

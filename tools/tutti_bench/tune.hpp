@@ -73,7 +73,9 @@ inline std::size_t run_bytes(tutti::collective c, std::size_t size, int np) {
     case collective::gather:
     case collective::all_gather:
     case collective::scatter:
-    case collective::all_to_all: return size / (4 * static_cast<std::size_t>(np)) * 4;
+    case collective::all_to_all:
+    case collective::all_gather_v:      // the largest block, with uniform counts one rank's block
+    case collective::reduce_scatter_v: return size / (4 * static_cast<std::size_t>(np)) * 4;
     case collective::barrier: return 0;
     default: return size;
   }
@@ -123,10 +125,9 @@ inline bool run_child(const std::string& self, const options& o, int np, const s
     std::stringstream ss(line);
     for (std::string x; std::getline(ss, x, ',');) f.push_back(x);
     if (f.size() < 12) continue;
-    int c = -1;
-    for (int i = 0; i < 9; ++i)
-      if (tutti::collective_name(static_cast<tutti::collective>(i)) == f[1]) c = i;
-    if (c < 0) continue;
+    const auto named = tutti::collective_named(f[1]);
+    if (!named) continue;
+    const int c = static_cast<int>(*named);
     const std::size_t bytes = run_bytes(static_cast<tutti::collective>(c), std::stoull(f[8]), np);
     const bool oop = f[10] == "0";
     const auto key = std::make_pair(c, bytes);
@@ -146,11 +147,11 @@ inline bool run_child(const std::string& self, const options& o, int np, const s
   return rc == 0;
 }
 
-inline tutti::algo::automatic::choice algo_choice(const std::string& a) {
-  for (int i = 0; i < 6; ++i)
-    if (tutti::algo::automatic::choice_name(static_cast<tutti::algo::automatic::choice>(i)) == a)
-      return static_cast<tutti::algo::automatic::choice>(i);
-  return tutti::algo::automatic::choice::direct;
+/// The collectives --tune measures in one child run: every scheduled one but the barrier (it runs
+/// in runs of its own) and the v-collectives whose size not every rank knows (automatic chooses
+/// them without a size: there is nothing to tune by).
+inline bool tuned_with_sizes(tutti::collective c) {
+  return c != tutti::collective::barrier && tutti::info(c).size != tutti::size_basis::unknown;
 }
 
 /// The time that counts among a size's repetitions: the fastest.
@@ -170,8 +171,13 @@ struct row_out {
 inline int run_tune(const options& o, const tune_options& t, const char* argv0) {
   using namespace tune_detail;
   const std::string self = self_exe(argv0);
-  std::vector<std::string> algos = {"ring", "tree", "recursive_doubling", "direct"};
-  if (o.transport == transport_kind::shm) algos.push_back("shared_memory");
+  // Every candidate automatic may pick by itself on this transport (not native: explicit only).
+  std::vector<std::string> algos;
+  for (std::size_t i = 0; i < tutti::algo::automatic::candidate_count; ++i) {
+    options with = o;
+    with.algo = std::string(tutti::algo::automatic::names[i]);
+    if (!tutti::algo::automatic::explicit_only[i] && algo_runs_any(with)) algos.push_back(with.algo);
+  }
   double load[3] = {0, 0, 0};
   if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
     if (std::fscanf(f, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3) load[0] = -1;
@@ -190,9 +196,11 @@ inline int run_tune(const options& o, const tune_options& t, const char* argv0) 
   int failures = 0;
   auto run_fixed = [&](int np, const std::string& a, samples& into) {
     std::string env, colls;
-    for (int c = 0; c < 8; ++c) {
+    options with = o;
+    with.algo = a;
+    for (std::size_t c = 0; c < tutti::scheduled_count; ++c) {
       const auto cc = static_cast<tutti::collective>(c);
-      if (a != "shared_memory" && !tutti::algo::automatic::supports(algo_choice(a), cc)) continue;
+      if (!tuned_with_sizes(cc) || !algo_supports(with, cc)) continue;
       const std::string name(tutti::collective_name(cc));
       env += (env.empty() ? "" : ",") + name + "=" + a;
       colls += (colls.empty() ? "" : ",") + name;
@@ -211,7 +219,7 @@ inline int run_tune(const options& o, const tune_options& t, const char* argv0) 
     for (int r = 0; r < t.reps; ++r)
       for (const auto& a : algos) run_fixed(np, a, fixed[np][a]);
     // winners per collective
-    for (int c = 0; c < 9; ++c) {
+    for (int c = 0; c < static_cast<int>(tutti::scheduled_count); ++c) {
       std::vector<std::size_t> sizes;
       for (auto& [a, s] : fixed[np])
         for (auto& [k, v] : s)
@@ -233,7 +241,7 @@ inline int run_tune(const options& o, const tune_options& t, const char* argv0) 
       // What automatic runs without a table: shared_memory on shm (windows), the rule elsewhere.
       auto builtin = [&](std::size_t b) {
         if (o.transport == transport_kind::shm) return std::string("shared_memory");
-        return std::string(tutti::algo::automatic::choice_name(tutti::algo::automatic{}.choose(static_cast<tutti::collective>(c), b, np)));
+        return std::string(tutti::algo::automatic{}.rule(static_cast<tutti::collective>(c), b, np));
       };
       std::string cur;
       std::vector<std::string> pick(sizes.size());
@@ -283,19 +291,22 @@ inline int run_tune(const options& o, const tune_options& t, const char* argv0) 
                              std::to_string(std::thread::hardware_concurrency()) + " cores, " + loadtxt + "), tutti " +
                              (commit.empty() ? "unknown" : commit) + ": " + o.command_line;
   auto size_lit = [](std::size_t b) { return b == static_cast<std::size_t>(-1) ? std::string("any") : std::to_string(b); };
+  const std::string me(transport_name(o.transport));
   std::string mine;
   for (auto& r : rows)
-    mine += "    {kind::" + std::string(transport_name(o.transport)) + ", collective::" +
-            std::string(tutti::collective_name(static_cast<tutti::collective>(r.coll))) + ", " + std::to_string(r.np) + ", " +
-            std::to_string(r.np) + ", " + size_lit(r.lo) + ", " + size_lit(r.hi) + ", alg::" + r.alg + "},\n";
-  const char* kinds[] = {"shm", "tcp", "threads"};
-  std::map<std::string, std::string> sources{{"shm", "nullptr"}, {"tcp", "nullptr"}, {"threads", "nullptr"}};
+    mine += "    {\"" + me + "\", collective::" + std::string(tutti::collective_name(static_cast<tutti::collective>(r.coll))) +
+            ", " + std::to_string(r.np) + ", " + std::to_string(r.np) + ", " + size_lit(r.lo) + ", " + size_lit(r.hi) +
+            ", \"" + r.alg + "\"},\n";
+  // The kinds of the table: the transports tutti ships (a user transport's kind may be added by hand).
+  const char* kinds[] = {"shm", "tcp", "inproc"};
+  std::map<std::string, std::string> sources{{"shm", "nullptr"}, {"tcp", "nullptr"}, {"inproc", "nullptr"}};
   std::string kept;  // other kinds' rows of the existing file
   std::string before, after;
   if (!t.out.empty()) {
     std::ifstream in(t.out);
     std::string line;
-    int part = 0;  // 0 before the generated block, 1 in it, 2 after
+    int part = 0;              // 0 before the generated block, 1 in it, 2 after
+    bool in_sources = false;   // inside `sources[] = {`
     while (std::getline(in, line)) {
       if (part == 0) {
         before += line + "\n";
@@ -306,15 +317,18 @@ inline int run_tune(const options& o, const tune_options& t, const char* argv0) 
           after += line + "\n";
           continue;
         }
+        if (line.find("sources[] = {") != std::string::npos) in_sources = true;
+        if (line.find("rows[] = {") != std::string::npos) in_sources = false;
         for (const char* k : kinds) {
-          const std::string tag = std::string("    /* ") + k + " */ ";
-          if (line.rfind(tag, 0) == 0) {
+          const std::string tag = std::string("    {\"") + k + "\", ";
+          if (line.rfind(tag, 0) != 0) continue;
+          if (in_sources) {
             std::string v = line.substr(tag.size());
-            if (!v.empty() && v.back() == ',') v.pop_back();
+            if (v.size() >= 2 && v.compare(v.size() - 2, 2, "},") == 0) v.resize(v.size() - 2);
             sources[k] = v;
-          }
-          if (line.rfind(std::string("    {kind::") + k + ",", 0) == 0 && k != std::string(transport_name(o.transport)))
+          } else if (k != me) {
             kept += line + "\n";
+          }
         }
       } else {
         after += line + "\n";
@@ -322,12 +336,12 @@ inline int run_tune(const options& o, const tune_options& t, const char* argv0) 
     }
     if (part != 2) before.clear(), after.clear();
   }
-  sources[transport_name(o.transport)] = c_string(source);
+  sources[me] = c_string(source);
   std::string gen = "/// The run that produced each kind's rows (nullptr: never tuned).\n"
-                    "inline constexpr const char* source[] = {\n";
-  for (const char* k : kinds) gen += std::string("    /* ") + k + " */ " + sources[k] + ",\n";
+                    "inline constexpr source sources[] = {\n";
+  for (const char* k : kinds) gen += std::string("    {\"") + k + "\", " + sources[k] + "},\n";
   gen += "};\ninline constexpr row rows[] = {\n" + kept + mine;
-  if (kept.empty() && mine.empty()) gen += "    {kind::shm, collective::barrier, 0, 0, 0, 0, alg::ring},  // placeholder, never matches\n";
+  if (kept.empty() && mine.empty()) gen += "    {\"(none)\", collective::barrier, 0, 0, 0, 0, \"ring\"},  // placeholder, never matches\n";
   gen += "};\n";
   if (t.out.empty()) {
     std::fputs(gen.c_str(), stdout);
@@ -347,7 +361,7 @@ inline int run_tune(const options& o, const tune_options& t, const char* argv0) 
   double worst = 0;
   for (int np : t.np_list) {
     std::string env_main, env_barrier;
-    for (int c = 0; c < 9; ++c) {
+    for (int c = 0; c < static_cast<int>(tutti::scheduled_count); ++c) {
       std::string item;
       for (auto& r : rows)
         if (r.np == np && r.coll == c) {
@@ -361,7 +375,8 @@ inline int run_tune(const options& o, const tune_options& t, const char* argv0) 
       else env_main += (env_main.empty() ? "" : ",") + item;
     }
     std::string colls;
-    for (int c = 0; c < 8; ++c) {
+    for (std::size_t c = 0; c < tutti::scheduled_count; ++c) {
+      if (!tuned_with_sizes(static_cast<tutti::collective>(c))) continue;
       if (!colls.empty()) colls += ',';
       colls += tutti::collective_name(static_cast<tutti::collective>(c));
     }

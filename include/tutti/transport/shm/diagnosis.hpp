@@ -120,9 +120,19 @@ inline void check_cycle(const segment& seg, const toolkit::group_map& g, const h
   std::string chain;
   std::vector<bool> visited(seg.pids.size());
   int r = seg.world_rank;
+  // A wait is stuck when what it waits for cannot be in the ring right now: a send's ring to its
+  // peer is full, a receive's ring from its peer is empty (a rank that published its wait and
+  // has not run since may be waiting for what has already come: then it is not stuck).
+  auto stuck = [&](int a, const published_wait& w) {
+    const int src = w.how == wait_kind::send ? a : w.peer, dst = w.how == wait_kind::send ? w.peer : a;
+    auto& e = seg.ends(src, dst);
+    const std::uint64_t head = e.head.load(std::memory_order_acquire), tail = e.tail.load(std::memory_order_acquire);
+    return w.how == wait_kind::send ? seg.lay.opt.ring_bytes - (head - tail) < 64 : head == tail;
+  };
   for (;;) {
     const auto pw = read_wait(seg, r);
-    if (!pw || (pw->how != wait_kind::send && pw->how != wait_kind::recv)) return last.clear();
+    if (!pw || (pw->how != wait_kind::send && pw->how != wait_kind::recv) || pw->peer == r || !stuck(r, *pw))
+      return last.clear();
     if (visited[static_cast<std::size_t>(r)]) return last.clear();  // a cycle, but not through this rank
     visited[static_cast<std::size_t>(r)] = true;
     seen.push_back(static_cast<std::uint64_t>(r));
