@@ -3,11 +3,18 @@
 // per rank, the bandwidth optimum.
 //
 // A transport is a copyable value with rank(), size(), blocking send / recv / sendrecv of a
-// header plus payload, and sub() for sub-groups: the tutti::transport concept
-// (tutti/transport/transport.hpp). This one does not offer the optional zero_copy_recv
-// capability (recv_with / sendrecv_with), so reductions receive into a staging buffer first.
+// header plus payload, and sub() for sub-groups: the tutti::transport concept, in
+// tutti/transport/capabilities.hpp with the optional capabilities. This one offers
+// failure_notices (fail) but not zero_copy_recv (recv_with / sendrecv_with), so reductions
+// receive into a staging buffer first.
+//
+// With --conformance it runs tutti's transport conformance suite (tutti/testing/conformance.hpp)
+// on this transport instead, as the author of a transport would: every collective against a
+// reference at 1..9 ranks, every way ranks can disagree, a silent peer, a lost peer, abort().
 //
 //   build/examples/tutti_example_custom_transport [ranks]
+//   build/examples/tutti_example_custom_transport --conformance
+#include <tutti/testing/conformance.hpp>
 #include <tutti/tutti.hpp>
 
 #include <cstdint>
@@ -16,6 +23,7 @@
 #include <exception>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <vector>
 
 class counting_transport {
@@ -38,6 +46,11 @@ class counting_transport {
     *sent_ += hs.bytes;
     inner_.sendrecv(to, hs, sdata, from, hr, rdata, w);
   }
+  // Optional capabilities are members too; forwarding inproc's costs nothing. With `fail` (the
+  // failure_notices capability) a rank that fails tells its peers why, so every rank waiting
+  // on it, directly or through others, names it in its peer_lost; without it, a peer learns
+  // only that the rank it waited for has gone.
+  void fail(std::string_view why) noexcept { inner_.fail(why); }
   // A sub-group shares the links, and here the counter too.
   counting_transport sub(std::span<const int> members, std::uint64_t context) const {
     return {inner_.sub(members, context), sent_};
@@ -48,10 +61,24 @@ class counting_transport {
   std::uint64_t* sent_;
 };
 
-static_assert(tutti::transport<counting_transport>);
+static_assert(tutti::transport<counting_transport> && tutti::failure_notices<counting_transport>);
 static_assert(!tutti::zero_copy_recv<counting_transport>);  // channel stages reductions instead
 
+// The conformance suite over counting_transport: each run of a case wraps inproc's ranks in it.
+int conformance() {
+  auto launch = [](int n, auto&& body) {
+    auto sent = std::make_shared<std::vector<std::uint64_t>>(static_cast<std::size_t>(n), 0);
+    tutti::inproc::run_wrapped<tutti::algo::automatic>(
+        n, [sent](tutti::inproc t) { return counting_transport(t, &(*sent)[static_cast<std::size_t>(t.rank())]); },
+        body);
+  };
+  const auto report = tutti::testing::conformance_over_threads<counting_transport>(launch);
+  std::printf("conformance of counting_transport: %s\n", report.text().c_str());
+  return report.ok() ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string_view(argv[1]) == "--conformance") return conformance();
   const int p = argc > 1 ? std::atoi(argv[1]) : 4;
   if (p < 2) {
     std::fprintf(stderr, "usage: %s [ranks >= 2]\n", argv[0]);

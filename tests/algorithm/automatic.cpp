@@ -17,6 +17,8 @@
 
 #include <tutti/tutti.hpp>
 
+#include "../support/probes.hpp"
+
 namespace {
 
 using tutti::collective;
@@ -29,16 +31,7 @@ bool has(const std::string& s, std::string_view part) { return s.find(part) != s
 /// Transports for the plans (declarations only: never made): plain, with windows, and with a
 /// tuning kind of the table.
 using plain = tutti::detail::probe_transport;
-struct window_probe : plain {
-  window_probe sub(std::span<const int>, std::uint64_t) const;
-  bool has_window() const;
-  std::byte* window(int) const;
-  std::size_t window_bytes() const;
-  std::uint64_t phase() const;
-  void post(std::uint64_t, const tutti::fingerprint&);
-  void wait_phase(int, std::uint64_t, const tutti::fingerprint&, bool, const tutti::wait_context&);
-  void wait_all(std::uint64_t, const tutti::fingerprint&, bool, const tutti::wait_context&);
-};
+using tutti::test::window_probe;
 struct shm_kind : window_probe {
   static constexpr std::string_view tuning_kind = "shm";
   shm_kind sub(std::span<const int>, std::uint64_t) const;

@@ -13,6 +13,8 @@
 
 #include <tutti/algorithm/automatic.hpp>
 #include <tutti/core/collective.hpp>
+
+#include "../support/probes.hpp"
 #include <tutti/algorithm/schedule.hpp>
 #include <tutti/core/error.hpp>
 
@@ -33,17 +35,7 @@ const std::vector<collective> all_collectives = [] {
 
 std::size_t idx(collective c) { return static_cast<std::size_t>(c); }
 
-/// A transport with shared windows and no tuned table (declarations only: it is never made).
-struct window_probe : tutti::detail::probe_transport {
-  window_probe sub(std::span<const int>, std::uint64_t) const;
-  bool has_window() const;
-  std::byte* window(int) const;
-  std::size_t window_bytes() const;
-  std::uint64_t phase() const;
-  void post(std::uint64_t, const tutti::fingerprint&);
-  void wait_phase(int, std::uint64_t, const tutti::fingerprint&, bool, const tutti::wait_context&);
-  void wait_all(std::uint64_t, const tutti::fingerprint&, bool, const tutti::wait_context&);
-};
+using tutti::test::window_probe;
 static_assert(tutti::shared_window<window_probe>);
 using plain = tutti::detail::probe_transport;  // no capability, no tuned table
 

@@ -8,7 +8,7 @@ import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-# tutti/bootstrap/store.hpp
+# tutti/bootstrap/store/wire.hpp
 STORE_MAGIC = 0x3154532D69747475  # "utti-ST1"
 SET, GET, WAIT, ADD = 1, 2, 3, 4
 

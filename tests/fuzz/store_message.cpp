@@ -1,4 +1,4 @@
-// libFuzzer target: the rendezvous store's parsers (tutti/bootstrap/store.hpp), fed what a
+// libFuzzer target: the rendezvous store's parsers (tutti/bootstrap/store/wire.hpp, alone), fed what a
 // client or a stranger could send, the way the server consumes it: a hello, then requests, each
 // parsed from the front of the bytes received so far, then the same bytes as replies and a
 // welcome, as a client reads them. Every input must end in a message, "incomplete", or
@@ -9,7 +9,7 @@
 #include <map>
 #include <string>
 #include <string_view>
-#include <tutti/bootstrap/store.hpp>
+#include <tutti/bootstrap/store/wire.hpp>
 
 namespace {
 using namespace tutti::detail::store_impl;

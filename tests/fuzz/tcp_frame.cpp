@@ -16,7 +16,7 @@
 namespace {
 using namespace tutti;
 using namespace tutti::detail::tcp_impl;
-using tutti::detail::store_impl::malformed;
+using tutti::detail::net::malformed;
 
 void frame(std::string_view in) {
   if (in.size() < sizeof(toolkit::wire::frame)) return;
@@ -53,8 +53,8 @@ void hello(std::string_view in) {
 
 void answer(std::string_view in) {
   try {
-    if (in.size() >= tutti::detail::store_impl::answer_head_bytes)
-      tutti::detail::store_impl::parse_answer_head(in.substr(0, tutti::detail::store_impl::answer_head_bytes),
+    if (in.size() >= tutti::detail::net::answer_head_bytes)
+      tutti::detail::net::parse_answer_head(in.substr(0, tutti::detail::net::answer_head_bytes),
                                                    hello_magic);
   } catch (const malformed&) {
   }

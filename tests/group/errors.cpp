@@ -17,6 +17,7 @@
 #include "../support/collective_checks.hpp"
 #include "../support/outcomes.hpp"
 #include "../support/ranks.hpp"
+#include <tutti/testing/mismatch.hpp>
 
 TEST_SUITE_BEGIN("multirank");
 
@@ -28,100 +29,10 @@ using tutti::test::kind;
 using tutti::test::kind_name;
 using tutti::test::ranks_named;
 using tutti::test::rethrow_if;
-using tutti::test::has;
+using tutti::testing::call;
 
 namespace {
 
-
-template <class A>
-bool has_rt(collective c) {
-  switch (c) {
-    case collective::broadcast: return has<A, collective::broadcast>;
-    case collective::reduce: return has<A, collective::reduce>;
-    case collective::all_reduce: return has<A, collective::all_reduce>;
-    case collective::gather: return has<A, collective::gather>;
-    case collective::all_gather: return has<A, collective::all_gather>;
-    case collective::scatter: return has<A, collective::scatter>;
-    case collective::all_to_all: return has<A, collective::all_to_all>;
-    case collective::reduce_scatter: return has<A, collective::reduce_scatter>;
-    case collective::barrier: return has<A, collective::barrier>;
-    default: return false;
-  }
-}
-
-constexpr collective with_payload[] = {collective::broadcast,  collective::reduce,  collective::all_reduce,
-                                       collective::gather,     collective::all_gather, collective::scatter,
-                                       collective::all_to_all, collective::reduce_scatter};
-constexpr collective rooted[] = {collective::broadcast, collective::reduce, collective::gather, collective::scatter};
-constexpr collective reducing[] = {collective::reduce, collective::all_reduce, collective::reduce_scatter};
-
-/// Calls collective `c` with well-formed buffers for this rank's own arguments: `count` is the
-/// whole buffer (broadcast, reduce, all_reduce) or the per-rank block (everything else).
-template <class T, class A, class Op = op::sum, class Comm>
-void call(Comm& comm, collective c, std::size_t count, int root, const A& a = {}, const Op& op = {}) {
-  const auto p = static_cast<std::size_t>(comm.size());
-  const bool at_root = comm.rank() == root;
-  switch (c) {
-    case collective::broadcast:
-      if constexpr (has<A, collective::broadcast>) {
-        std::vector<T> b(count);
-        comm.broadcast(view(b), root, a);
-      }
-      return;
-    case collective::reduce:
-      if constexpr (has<A, collective::reduce>) {
-        std::vector<T> b(count);
-        comm.reduce(view(b), root, op, a);
-      }
-      return;
-    case collective::all_reduce:
-      if constexpr (has<A, collective::all_reduce>) {
-        std::vector<T> b(count);
-        comm.all_reduce(view(b), op, a);
-      }
-      return;
-    case collective::gather:
-      if constexpr (has<A, collective::gather>) {
-        std::vector<T> in(count), out(at_root ? count * p : 0);
-        comm.gather(view(in), view(out), root, a);
-      }
-      return;
-    case collective::all_gather:
-      if constexpr (has<A, collective::all_gather>) {
-        std::vector<T> in(count), out(count * p);
-        comm.all_gather(view(in), view(out), a);
-      }
-      return;
-    case collective::scatter:
-      if constexpr (has<A, collective::scatter>) {
-        std::vector<T> in(at_root ? count * p : 0), out(count);
-        comm.scatter(view(in), view(out), root, a);
-      }
-      return;
-    case collective::all_to_all:
-      if constexpr (has<A, collective::all_to_all>) {
-        std::vector<T> in(count * p), out(count * p);
-        comm.all_to_all(view(in), view(out), a);
-      }
-      return;
-    case collective::reduce_scatter:
-      if constexpr (has<A, collective::reduce_scatter>) {
-        std::vector<T> in(count * p), out(count);
-        comm.reduce_scatter(view(in), view(out), op, a);
-      }
-      return;
-    case collective::barrier:
-      if constexpr (has<A, collective::barrier>) comm.barrier(a);
-      return;
-    default: break;
-  }
-  throw std::logic_error("test bug: no such collective");
-}
-
-/// The count a fingerprint carries for `call(comm, c, count, ...)` on p ranks.
-std::size_t fp_count(collective c, std::size_t count, int p) {
-  return c == collective::all_to_all ? count * static_cast<std::size_t>(p) : count;
-}
 
 /// What one rank raised, and what its next calls on the same communicator raised.
 struct outcome {
@@ -221,102 +132,12 @@ void expect_mismatch(int n, Call call, int odd, const std::vector<std::string>& 
   CHECK_MESSAGE(from_call >= 1, "no rank raised mismatch_error from the call itself");
 }
 
-template <class A>
-std::string label_of(const char* what, collective c, int p, int odd) {
-  return std::string(what) + ": " + std::string(collective_name(c)) + " with " + std::string(A::name) + " on " +
-         std::to_string(p) + " ranks, odd rank " + std::to_string(odd);
-}
-
-/// The odd rank's count, the others' count.
-constexpr std::pair<std::size_t, std::size_t> count_pairs[] = {{10, 12}, {0, 3}};
-
-template <class A>
-void count_mismatches() {
-  const A a{};
-  for (collective c : with_payload) {
-    if (!has_rt<A>(c)) continue;
-    for (int p : {2, 3, 5})
-      for (int odd : {0, p - 1})
-        for (auto [mine, theirs] : count_pairs) {
-          auto call_it = [&, mine = mine, theirs = theirs](auto& comm) {
-            call<float>(comm, c, comm.rank() == odd ? mine : theirs, 0, a);
-          };
-          expect_mismatch(p, call_it, odd,
-                          {"count=" + std::to_string(fp_count(c, mine, p)), "count=" + std::to_string(fp_count(c, theirs, p))},
-                          label_of<A>("count", c, p, odd) + " counts " + std::to_string(mine) + "/" + std::to_string(theirs));
-        }
-  }
-}
-
-template <class A>
-void dtype_mismatches() {
-  const A a{};
-  for (collective c : with_payload) {
-    if (!has_rt<A>(c)) continue;
-    for (int p : {2, 3, 5})
-      for (int odd : {0, p - 1}) {
-        auto call_it = [&](auto& comm) {
-          if (comm.rank() == odd) call<float>(comm, c, 6, 0, a);
-          else call<std::int32_t>(comm, c, 6, 0, a);
-        };
-        expect_mismatch(p, call_it, odd, {"dtype=float", "dtype=int32"}, label_of<A>("dtype", c, p, odd));
-      }
-  }
-}
-
-template <class A>
-void op_mismatches() {
-  const A a{};
-  for (collective c : reducing) {
-    if (!has_rt<A>(c)) continue;
-    for (int p : {2, 3, 5})
-      for (int odd : {0, p - 1}) {
-        auto call_it = [&](auto& comm) {
-          if (comm.rank() == odd) call<float>(comm, c, 6, 0, a, op::max{});
-          else call<float>(comm, c, 6, 0, a, op::sum{});
-        };
-        expect_mismatch(p, call_it, odd, {"op=max", "op=sum"}, label_of<A>("op", c, p, odd));
-      }
-  }
-}
-
-template <class A>
-void root_mismatches() {
-  const A a{};
-  for (collective c : rooted) {
-    if (!has_rt<A>(c)) continue;
-    for (int p : {2, 3, 5})
-      for (int odd : {0, p - 1}) {
-        // The odd rank names root 0, everybody else root 1.
-        auto call_it = [&](auto& comm) { call<float>(comm, c, 6, comm.rank() == odd ? 0 : 1, a); };
-        expect_mismatch(p, call_it, odd, {"root=0", "root=1"}, label_of<A>("root", c, p, odd), precision::values_or_order);
-      }
-  }
-}
-
 }  // namespace
 
 // ---- mismatch_error ----------------------------------------------------------------------------
 
-TEST_CASE_TEMPLATE("mismatch_error: ranks pass different counts", A, algo::ring, algo::tree,
-                   algo::recursive_doubling, algo::direct, algo::automatic) {
-  count_mismatches<A>();
-}
-
-TEST_CASE_TEMPLATE("mismatch_error: ranks pass different element types", A, algo::ring, algo::tree,
-                   algo::recursive_doubling, algo::direct, algo::automatic) {
-  dtype_mismatches<A>();
-}
-
-TEST_CASE_TEMPLATE("mismatch_error: ranks pass different ops", A, algo::ring, algo::tree,
-                   algo::recursive_doubling, algo::direct, algo::automatic) {
-  op_mismatches<A>();
-}
-
-TEST_CASE_TEMPLATE("mismatch_error: ranks pass different roots", A, algo::ring, algo::tree, algo::direct,
-                   algo::automatic) {
-  root_mismatches<A>();
-}
+// Counts, element types, ops and roots that differ, for every collective and algorithm: the
+// conformance suite over inproc (tests/conformance/inproc.cpp).
 
 TEST_CASE("mismatch_error: ranks call different collectives") {
   for (int p : {2, 3, 4, 5})

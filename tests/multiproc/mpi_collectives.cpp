@@ -64,11 +64,6 @@ struct scoped_env {
 
 TEST_SUITE_BEGIN("multiproc");
 
-TEST_CASE_TEMPLATE("over mpi: every collective matches the naive reference", A, algo::ring, algo::tree,
-                   algo::recursive_doubling, algo::direct, algo::automatic, algo::native) {
-  check_every_type<A>(world());
-}
-
 TEST_CASE("over mpi: native's variants (unchecked, blocking) and native chosen by TUTTI_ALGO") {
   auto& comm = world();
   check_collectives<algo::native, float>(comm, 7, op::sum{}, algo::native{.check_fingerprint = false});

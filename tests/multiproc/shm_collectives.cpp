@@ -1,4 +1,5 @@
-// The multi-rank test bodies of tests/group/ again, as real processes over tutti::shm. Run under
+// What tutti::shm does beyond the conformance suite (tests/conformance/processes.cpp), as real
+// processes: messages past the rings and windows, sub-groups, the arena, large blocks. Run under
 // the launcher: `tuttirun --nproc-per-node=N tutti_shm_tests` (ctest does so for N = 2..5).
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
@@ -22,11 +23,6 @@ communicator<shm>& world() {
 }  // namespace
 
 TEST_SUITE_BEGIN("multiproc");
-
-TEST_CASE_TEMPLATE("over shm: every collective matches the naive reference", A, algo::shared_memory, algo::ring,
-                   algo::tree, algo::recursive_doubling, algo::direct, algo::automatic) {
-  check_every_type<A>(world());
-}
 
 TEST_CASE("over shm: messages larger than a ring and a window") {
   auto& comm = world();

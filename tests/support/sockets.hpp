@@ -2,6 +2,8 @@
 #pragma once
 
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -9,10 +11,26 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace tutti::test {
+
+/// A port on 127.0.0.1 that was free a moment ago (the kernel's pick for an unbound socket).
+inline int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw std::runtime_error("free_port: socket() failed");
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  ::close(fd);
+  if (!ok) throw std::runtime_error("free_port: bind() or getsockname() failed");
+  return ntohs(a.sin_port);
+}
 
 /// The addresses ("127.0.0.1", "::1", "0.0.0.0", "::") of the sockets that listen on TCP `port`
 /// in this network namespace, from /proc/net/tcp and /proc/net/tcp6.

@@ -26,17 +26,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+using tutti::test::free_port;
 
 struct setup {
   int n = 2;
@@ -407,7 +397,7 @@ struct raw_peer {
 
 TEST_CASE("tcp: the parsers take bytes and give a hello, a frame header, 'incomplete', or malformed") {
   using namespace detail::tcp_impl;
-  using detail::store_impl::malformed;
+  using detail::net::malformed;
   const std::string h = hello_text(1, 3, 0, 2, "job", "tok");
   for (std::size_t n = 0; n < h.size(); ++n) CHECK_FALSE(parse_mesh_hello(std::string_view(h).substr(0, n)));
   const auto got = parse_mesh_hello(h);
@@ -418,7 +408,7 @@ TEST_CASE("tcp: the parsers take bytes and give a hello, a frame header, 'incomp
   CHECK(got->job_id == "job");
   CHECK(got->token == "tok");
   CHECK(got->size == h.size());
-  CHECK(hello_text(1, 3, 0, 2, std::string(max_job_id, 'j'), std::string(detail::store_impl::max_token, 't')).size() ==
+  CHECK(hello_text(1, 3, 0, 2, std::string(max_job_id, 'j'), std::string(detail::net::max_token, 't')).size() ==
         max_hello_bytes);
   auto reason = [](auto&& parse) {
     try {
@@ -501,7 +491,7 @@ TEST_CASE("tcp: connections without this job's hello are refused and logged, and
     }
     {
       // Silent connections past the cap: the oldest are closed to make room for newer ones.
-      using detail::store_impl::max_silent;
+      using detail::net::max_silent;
       std::vector<std::unique_ptr<raw_peer>> quiet;
       for (std::size_t i = 0; i < max_silent + 2; ++i) quiet.push_back(std::make_unique<raw_peer>(host, port));
       for (std::size_t i = 0; i < 2; ++i) {

@@ -95,26 +95,9 @@ class report {
   impl* p_;
 };
 
-/// The busbw factor of nccl-tests' PERFORMANCE.md for collective `c` on `n` ranks.
-inline double bus_factor(tutti::collective c, int n) {
-  using tutti::collective;
-  switch (c) {
-    case collective::all_reduce: return 2.0 * (n - 1) / n;
-    case collective::all_gather:
-    case collective::reduce_scatter:
-    case collective::all_to_all:
-    case collective::gather:
-    case collective::scatter:
-    case collective::all_gather_v:
-    case collective::reduce_scatter_v:
-    case collective::all_to_all_v:
-    case collective::gather_v:
-    case collective::scatter_v: return static_cast<double>(n - 1) / n;
-    case collective::broadcast:
-    case collective::reduce: return 1.0;
-    default: return 0.0;
-  }
-}
+/// The busbw factor of nccl-tests' PERFORMANCE.md for collective `c` on `n` ranks (the
+/// collective table's `traffic`).
+inline double bus_factor(tutti::collective c, int n) { return tutti::bus_factor(tutti::info(c).bus, n); }
 
 /// The v-collectives' counts on `n` ranks for an average block of `block` elements (--counts):
 /// counts[r] for all_gather_v, gather_v, scatter_v and reduce_scatter_v; for all_to_all_v,

@@ -68,15 +68,11 @@ inline std::string c_string(const std::string& s) {
 
 /// The bytes automatic is asked about for a tutti-bench size column (float elements).
 inline std::size_t run_bytes(tutti::collective c, std::size_t size, int np) {
-  using tutti::collective;
-  switch (c) {
-    case collective::gather:
-    case collective::all_gather:
-    case collective::scatter:
-    case collective::all_to_all:
-    case collective::all_gather_v:      // the largest block, with uniform counts one rank's block
-    case collective::reduce_scatter_v: return size / (4 * static_cast<std::size_t>(np)) * 4;
-    case collective::barrier: return 0;
+  switch (tutti::info(c).size) {
+    case tutti::size_basis::block:
+    case tutti::size_basis::largest_block:  // with uniform counts, one rank's block
+      return size / (4 * static_cast<std::size_t>(np)) * 4;
+    case tutti::size_basis::none: return 0;
     default: return size;
   }
 }

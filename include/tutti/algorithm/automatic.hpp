@@ -60,6 +60,7 @@
 #include <utility>
 #include <vector>
 
+#include "tutti/detail/attributes.hpp"
 #include "tutti/algorithm/algorithm.hpp"
 #include "tutti/algorithm/direct.hpp"
 #include "tutti/algorithm/native.hpp"
@@ -95,13 +96,13 @@ constexpr std::string_view needs() {
 }
 
 /// `bytes` as the grammar writes it: 1M, 64K, 100 ("max" for no bound).
-inline std::string size_text(std::size_t b) {
+TUTTI_COLD inline std::string size_text(std::size_t b) {
   if (b == static_cast<std::size_t>(-1)) return "max";
   for (auto [shift, suffix] : {std::pair{30, "G"}, std::pair{20, "M"}, std::pair{10, "K"}})
     if (b != 0 && b % (std::size_t{1} << shift) == 0) return std::to_string(b >> shift) + suffix;
   return std::to_string(b);
 }
-inline std::string range_text(size_range r) {
+TUTTI_COLD inline std::string range_text(size_range r) {
   constexpr auto top = static_cast<std::size_t>(-1);
   if (r.lo == 0 && r.hi == top) return "any size";
   if (r.hi == top) return ">=" + size_text(r.lo);
@@ -303,7 +304,7 @@ struct automatic_of {
   }
 
   /// Why the rule picks what it picks (the thresholds in the table at the top of this file).
-  std::string rule_reason(collective c, std::size_t bytes, int p) const {
+  TUTTI_COLD std::string rule_reason(collective c, std::size_t bytes, int p) const {
     const std::size_t total = bytes * static_cast<std::size_t>(p);
     const bool pow2 = (p & (p - 1)) == 0;
     const std::string to = " -> " + std::string(rule(c, bytes, p));

@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "tutti/detail/attributes.hpp"
 #include "tutti/core/config.hpp"
 #include "tutti/core/error.hpp"
 
@@ -36,7 +37,7 @@ struct job_env {
 
 namespace detail {
 
-inline std::optional<long> env_int(const char* name, long lo, long hi) {
+TUTTI_COLD inline std::optional<long> env_int(const char* name, long lo, long hi) {
   const char* v = getenv_nonempty(name);
   if (!v) return std::nullopt;
   errno = 0;
@@ -70,7 +71,7 @@ inline constexpr env_convention conventions[] = {
 
 }  // namespace detail
 
-inline job_env job_env::from_env() {
+TUTTI_COLD inline job_env job_env::from_env() {
   using detail::env_int;
   constexpr long max_ranks = 1 << 20;
   job_env j;

@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "tutti/detail/attributes.hpp"
 #include "tutti/core/error.hpp"
 
 namespace tutti::detail {
@@ -141,7 +142,7 @@ inline bool io_all(int fd, void* buf, std::size_t n, bool writing, std::chrono::
   return true;
 }
 
-inline void check_peer_uid(int fd, const std::string& who) {
+TUTTI_COLD inline void check_peer_uid(int fd, const std::string& who) {
   ucred cred{};
   socklen_t len = sizeof cred;
   if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.uid != ::getuid())
@@ -150,7 +151,7 @@ inline void check_peer_uid(int fd, const std::string& who) {
 }
 
 /// Rank 0: creates the segment and serves it to ranks 1..world_size-1.
-inline rendezvous_result serve_segment(const std::string& name, int world_size, std::uint64_t segment_bytes,
+TUTTI_COLD inline rendezvous_result serve_segment(const std::string& name, int world_size, std::uint64_t segment_bytes,
                                        std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   rendezvous_result out;
@@ -235,7 +236,7 @@ inline rendezvous_result serve_segment(const std::string& name, int world_size, 
 }
 
 /// Ranks 1..: connects to rank 0 (retrying until it is up) and receives the segment.
-inline rendezvous_result join_segment(const std::string& name, int rank, int world_size, std::uint64_t segment_bytes,
+TUTTI_COLD inline rendezvous_result join_segment(const std::string& name, int rank, int world_size, std::uint64_t segment_bytes,
                                       std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   unique_fd c;

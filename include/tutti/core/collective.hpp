@@ -57,6 +57,15 @@ enum class size_basis : std::uint8_t {
                   ///< each rank its own row): `automatic` chooses without one (as for 0 bytes)
 };
 
+/// How much of its data a rank must move, for bus bandwidth (as nccl-tests counts it): the
+/// factor that turns algorithm bandwidth into a figure comparable across collectives and sizes.
+enum class traffic : std::uint8_t {
+  none,          ///< no data (barrier, point to point)
+  whole,         ///< 1: the buffer crosses once (broadcast, reduce)
+  share,         ///< (p-1)/p: all but a rank's own block (gather, all_gather, scatter, ...)
+  reduce_share,  ///< 2(p-1)/p: reduce-scatter then all-gather (all_reduce)
+};
+
 /// One row of the table.
 struct collective_info {
   collective id;
@@ -66,25 +75,36 @@ struct collective_info {
   counts_kind counts;
   size_basis size;
   bool scheduled;    ///< run by an algorithm's schedule (false: point to point, group agreement)
+  traffic bus = traffic::none;
 };
+
+/// The bus bandwidth factor of `t` on `p` ranks.
+constexpr double bus_factor(traffic t, int p) noexcept {
+  switch (t) {
+    case traffic::whole: return 1.0;
+    case traffic::share: return p > 0 ? static_cast<double>(p - 1) / p : 0.0;
+    case traffic::reduce_share: return p > 0 ? 2.0 * (p - 1) / p : 0.0;
+    default: return 0.0;
+  }
+}
 
 /// The table, in enumerator order.
 inline constexpr collective_info collectives[] = {
-    {collective::broadcast, "broadcast", true, false, counts_kind::uniform, size_basis::buffer, true},
-    {collective::reduce, "reduce", true, true, counts_kind::uniform, size_basis::buffer, true},
-    {collective::all_reduce, "all_reduce", false, true, counts_kind::uniform, size_basis::buffer, true},
-    {collective::gather, "gather", true, false, counts_kind::uniform, size_basis::block, true},
-    {collective::all_gather, "all_gather", false, false, counts_kind::uniform, size_basis::block, true},
-    {collective::scatter, "scatter", true, false, counts_kind::uniform, size_basis::block, true},
-    {collective::all_to_all, "all_to_all", false, false, counts_kind::uniform, size_basis::block, true},
-    {collective::reduce_scatter, "reduce_scatter", false, true, counts_kind::uniform, size_basis::buffer, true},
+    {collective::broadcast, "broadcast", true, false, counts_kind::uniform, size_basis::buffer, true, traffic::whole},
+    {collective::reduce, "reduce", true, true, counts_kind::uniform, size_basis::buffer, true, traffic::whole},
+    {collective::all_reduce, "all_reduce", false, true, counts_kind::uniform, size_basis::buffer, true, traffic::reduce_share},
+    {collective::gather, "gather", true, false, counts_kind::uniform, size_basis::block, true, traffic::share},
+    {collective::all_gather, "all_gather", false, false, counts_kind::uniform, size_basis::block, true, traffic::share},
+    {collective::scatter, "scatter", true, false, counts_kind::uniform, size_basis::block, true, traffic::share},
+    {collective::all_to_all, "all_to_all", false, false, counts_kind::uniform, size_basis::block, true, traffic::share},
+    {collective::reduce_scatter, "reduce_scatter", false, true, counts_kind::uniform, size_basis::buffer, true, traffic::share},
     {collective::barrier, "barrier", false, false, counts_kind::none, size_basis::none, true},
-    {collective::all_gather_v, "all_gather_v", false, false, counts_kind::per_rank, size_basis::largest_block, true},
-    {collective::gather_v, "gather_v", true, false, counts_kind::per_rank, size_basis::unknown, true},
-    {collective::scatter_v, "scatter_v", true, false, counts_kind::per_rank, size_basis::unknown, true},
-    {collective::all_to_all_v, "all_to_all_v", false, false, counts_kind::per_rank, size_basis::unknown, true},
+    {collective::all_gather_v, "all_gather_v", false, false, counts_kind::per_rank, size_basis::largest_block, true, traffic::share},
+    {collective::gather_v, "gather_v", true, false, counts_kind::per_rank, size_basis::unknown, true, traffic::share},
+    {collective::scatter_v, "scatter_v", true, false, counts_kind::per_rank, size_basis::unknown, true, traffic::share},
+    {collective::all_to_all_v, "all_to_all_v", false, false, counts_kind::per_rank, size_basis::unknown, true, traffic::share},
     {collective::reduce_scatter_v, "reduce_scatter_v", false, true, counts_kind::per_rank, size_basis::largest_block,
-     true},
+     true, traffic::share},
     {collective::send_recv, "send/recv", false, false, counts_kind::uniform, size_basis::none, false},
     {collective::group, "new_group/split", false, false, counts_kind::uniform, size_basis::none, false},
 };

@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "tutti/detail/attributes.hpp"
 #include "tutti/core/error.hpp"
 
 namespace tutti {
@@ -22,7 +23,7 @@ inline const char* getenv_nonempty(const char* name) {
 }
 
 /// Seconds as a decimal number ("300", "0.5") -> milliseconds.
-inline std::chrono::milliseconds parse_seconds(const char* var, std::string_view text) {
+TUTTI_COLD inline std::chrono::milliseconds parse_seconds(const char* var, std::string_view text) {
   std::string s(text);
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
@@ -43,7 +44,7 @@ struct config {
   log_level debug = log_level::none;
 
   /// Reads `TUTTI_TIMEOUT`, `TUTTI_ALGO` and `TUTTI_DEBUG`.
-  static config from_env() {
+  TUTTI_COLD static config from_env() {
     config c;
     if (const char* t = detail::getenv_nonempty("TUTTI_TIMEOUT"))
       c.timeout = detail::parse_seconds("TUTTI_TIMEOUT", t);

@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <typeinfo>
 
+#include "tutti/detail/attributes.hpp"
 #include "tutti/core/float16.hpp"
 
 namespace tutti {
@@ -95,7 +96,7 @@ constexpr const char* builtin_dtype_name(std::uint32_t id) noexcept {
 }  // namespace detail
 
 /// A readable name for a dtype (for error messages).
-inline std::string dtype_name(dtype d) {
+TUTTI_COLD inline std::string dtype_name(dtype d) {
   if (const char* n = detail::builtin_dtype_name(d.id)) return n;
   char buf[64];
   std::snprintf(buf, sizeof buf, "user type #%08x (%u bytes)", d.id, d.size);

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "tutti/detail/attributes.hpp"
 #include "tutti/core/collective.hpp"
 #include "tutti/core/dtype.hpp"
 #include "tutti/core/op_id.hpp"
@@ -52,7 +53,7 @@ inline std::string counts_text(const fingerprint& f) {
   return "[sum " + std::to_string(f.count) + ", digest " + digest + "]";
 }
 
-inline std::string fingerprint_summary(const fingerprint& f, std::string_view algo_name = {}) {
+TUTTI_COLD inline std::string fingerprint_summary(const fingerprint& f, std::string_view algo_name = {}) {
   std::string s(collective_name(f.coll));
   if (!algo_name.empty()) {
     s += '(';
@@ -72,7 +73,7 @@ inline std::string fingerprint_summary(const fingerprint& f, std::string_view al
 }
 
 /// "rank 0 passed count=10, rank 1 passed count=12" for the first field that differs.
-inline std::string describe_difference(const fingerprint& mine, int my_rank,
+TUTTI_COLD inline std::string describe_difference(const fingerprint& mine, int my_rank,
                                        const fingerprint& theirs, int their_rank) {
   auto both = [&](std::string_view what, const std::string& a, const std::string& b) {
     return "rank " + std::to_string(my_rank) + " called with " + std::string(what) + "=" + a +

@@ -30,6 +30,7 @@
 #include <string_view>
 #include <utility>
 
+#include "tutti/detail/attributes.hpp"
 #include "tutti/core/dtype.hpp"
 #include "tutti/core/error.hpp"
 #include "tutti/core/fingerprint.hpp"
@@ -108,7 +109,7 @@ struct line_buffer {
 };
 
 /// Writes `slot`'s last `max` records (oldest first) to `fd`, one line each.
-inline void print_flight_slot(const flight_slot& slot, std::size_t max, int fd, const char* why) noexcept {
+TUTTI_COLD inline void print_flight_slot(const flight_slot& slot, std::size_t max, int fd, const char* why) noexcept {
   const std::uint64_t total = slot.next.load(std::memory_order_acquire);
   const std::uint64_t shown = std::min<std::uint64_t>({total, max, flight_capacity});
   const std::int64_t now = realtime_ns();
@@ -160,7 +161,7 @@ inline void flight_signal_handler(int) noexcept {
 }
 
 /// `TUTTI_FLIGHT_RECORDER`, read once: records printed on failure (0: off, and no SIGUSR1).
-inline std::size_t flight_print_count() {
+TUTTI_COLD inline std::size_t flight_print_count() {
   static const std::size_t n = [] {
     const char* v = std::getenv("TUTTI_FLIGHT_RECORDER");
     if (!v || !*v) return std::size_t{8};
@@ -174,7 +175,7 @@ inline std::size_t flight_print_count() {
   return n;
 }
 
-inline void install_flight_signal_handler() {
+TUTTI_COLD inline void install_flight_signal_handler() {
   static const bool installed = [] {
     struct sigaction old {};
     if (::sigaction(SIGUSR1, nullptr, &old) != 0 || old.sa_handler != SIG_DFL ||
@@ -244,11 +245,11 @@ class flight_recorder {
     });
   }
   /// Prints the last `max` records to stderr (a failure's default: `TUTTI_FLIGHT_RECORDER`).
-  void print(const char* why, std::size_t max = flight_print_count()) const noexcept {
+  TUTTI_COLD void print(const char* why, std::size_t max = flight_print_count()) const noexcept {
     if (slot_ && max) print_flight_slot(*slot_, max, STDERR_FILENO, why);
   }
   /// The last `max` records as print() writes them, for programs that log elsewhere.
-  std::string text(std::size_t max = flight_capacity) const {
+  TUTTI_COLD std::string text(std::size_t max = flight_capacity) const {
     if (!slot_) return {};
     int fds[2];
     if (::pipe(fds) != 0) return {};

@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "tutti/detail/attributes.hpp"
 #include "tutti/algorithm/automatic.hpp"
 #include "tutti/algorithm/channel.hpp"
 #include "tutti/core/collective.hpp"
@@ -715,7 +716,7 @@ class communicator {
     }
   }
 
-  std::string explain_text(collective c, std::size_t bytes, std::string_view name, const std::string& why) const {
+  TUTTI_COLD std::string explain_text(collective c, std::size_t bytes, std::string_view name, const std::string& why) const {
     return std::string(collective_name(c)) + " of " + std::to_string(bytes) + " bytes on " + std::to_string(size()) +
            " ranks: " + std::string(name) + " (" + why + ")";
   }
@@ -879,7 +880,7 @@ class communicator {
 
   std::size_t size_t_size() const { return static_cast<std::size_t>(size()); }
 
-  std::string what(collective c) const {
+  TUTTI_COLD std::string what(collective c) const {
     return std::string(collective_name(c)) + " on rank " + std::to_string(rank());
   }
   void check_root(int root, collective c) {

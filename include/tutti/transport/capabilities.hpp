@@ -46,7 +46,8 @@ struct wait_context {
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   std::string_view algorithm;  ///< for error messages
   /// Set by `communicator::abort()` (from any thread): every wait checks it whenever it is about
-  /// to sleep, and at least every 20 ms, and raises `errc::aborted`. Null: not abortable.
+  /// to sleep, and at least every `toolkit::abort_poll` (5 ms), and raises `errc::aborted`.
+  /// Null: not abortable.
   const std::atomic<bool>* aborted = nullptr;
 };
 

@@ -96,6 +96,9 @@ inline constexpr std::size_t max_notice = toolkit::max_notice_text;
 /// and waiting longer would only delay the error, and the failure notice the peers wait for. Not
 /// the call's timeout: that would double the time to report a timeout.
 inline constexpr std::chrono::seconds settle_within{2};
+/// The same once the communicator is aborted: abort() returns within about 20 ms (what is still
+/// pending then is kept, never freed).
+inline constexpr std::chrono::milliseconds abort_settle{10};
 
 inline bool finalized() noexcept {
   int f = 0;
@@ -937,7 +940,8 @@ class mpi {
   ///   has sent its failure notice is given up: that rank settled before it sent it, so it will
   ///   never take (or progress) the message (unless it gave up on a transfer with this rank
   ///   itself, which its own error then says);
-  /// - what is still pending after `settle_within` (20 ms once the communicator is aborted) is
+  /// - what is still pending after `settle_within` (`abort_settle` once the communicator is
+  ///   aborted, so that abort() still returns within about 20 ms) is
   ///   kept, never freed, and counted: the return value, for the error message.
   std::size_t settle(detail::mpi_impl::request_set& rs, const wait_context& w, std::pair<int, int> tag_pair,
                      const detail::mpi_impl::wire_header& in, int refused_from, std::uint64_t refused_bytes) {
@@ -954,7 +958,7 @@ class mpi {
     if (rs.size() > 0 && rs.at(0).r == role::header && rs[0] != MPI_REQUEST_NULL) MPI_Cancel(&rs[0]);
     const auto start = clock::now();
     const std::chrono::milliseconds bound =
-        w.aborted && w.aborted->load(std::memory_order_acquire) ? toolkit::abort_poll : settle_within;
+        w.aborted && w.aborted->load(std::memory_order_acquire) ? abort_settle : settle_within;
     int cancelled_from = -1;  // the peer whose header this rank no longer waits for
     for (unsigned round = 0;; ++round) {
       bool left = false;

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "tutti/detail/attributes.hpp"
 #include "tutti/core/error.hpp"
 #include "tutti/core/fingerprint.hpp"
 #include "tutti/transport/capabilities.hpp"
@@ -74,7 +75,7 @@ inline const char* waits_how(wait_kind how) {
 /// For a timeout: whether the world rank waited for is stopped, or itself blocked waiting for
 /// another (and so on), so that the message names the rank that holds everyone up (a rank
 /// stopped by SIGSTOP, a debugger, ...) and not only the first link of the chain.
-inline std::string blocked_chain(const segment& seg, const toolkit::group_map& g, int world_r) {
+TUTTI_COLD inline std::string blocked_chain(const segment& seg, const toolkit::group_map& g, int world_r) {
   std::string s;
   std::vector<bool> seen(seg.pids.size());
   seen.at(static_cast<std::size_t>(seg.world_rank)) = true;

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 
+#include "tutti/detail/attributes.hpp"
 #include "tutti/bootstrap/env.hpp"
 
 namespace tutti {
@@ -21,7 +22,7 @@ struct shm_options {
   enum class mode { automatic, never, always };
   mode single_copy = mode::automatic;
 
-  static shm_options from_env(int world_size) {
+  TUTTI_COLD static shm_options from_env(int world_size) {
     shm_options o;
     if (world_size > 16) o.ring_bytes = std::size_t{64} << 10;  // p(p-1) rings: keep the total sane
     if (auto v = detail::env_int("TUTTI_SHM_RING_BYTES", 4096, 1L << 30)) o.ring_bytes = static_cast<std::size_t>(*v);

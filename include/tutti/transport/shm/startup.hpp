@@ -20,6 +20,7 @@
 #include <string>
 #include <thread>
 
+#include "tutti/detail/attributes.hpp"
 #include "tutti/bootstrap/local_rendezvous.hpp"
 #include "tutti/core/error.hpp"
 #include "tutti/transport/shm/segment.hpp"
@@ -33,7 +34,7 @@
 namespace tutti::detail::shm_impl {
 
 /// Start-up barrier `step`: waits (sleeping, with the deadline) until every rank reached it.
-inline void startup_barrier(segment& seg, std::uint32_t step, std::chrono::milliseconds timeout) {
+TUTTI_COLD inline void startup_barrier(segment& seg, std::uint32_t step, std::chrono::milliseconds timeout) {
   seg.ctl(seg.world_rank).startup_step.store(step, std::memory_order_release);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (int r = 0; r < seg.lay.p; ++r) {
@@ -52,7 +53,7 @@ inline void startup_barrier(segment& seg, std::uint32_t step, std::chrono::milli
 /// Every rank tries to read a word from every peer with process_vm_readv; single copy is on
 /// only if all of them could (a container's seccomp policy, Yama's ptrace_scope or different
 /// users can forbid it), none turned it off, and ranks do not outnumber cores (unless forced).
-inline void probe_single_copy(segment& seg, shm_options::mode want, std::chrono::milliseconds timeout) {
+TUTTI_COLD inline void probe_single_copy(segment& seg, shm_options::mode want, std::chrono::milliseconds timeout) {
   const bool wanted = want != shm_options::mode::never;
   const int p = seg.lay.p, me = seg.world_rank;
   if (p == 1) {

@@ -22,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tutti/detail/attributes.hpp"
 #include "tutti/bootstrap/env.hpp"
 #include "tutti/core/config.hpp"
 #include "tutti/core/error.hpp"
@@ -49,7 +50,7 @@ class shm {
   /// this host (LOCAL_WORLD_SIZE == WORLD_SIZE). Waits for the others up to `TUTTI_TIMEOUT`.
   static shm from_env() { return create(job_env::from_env(), config::from_env()); }
 
-  static shm create(const job_env& job, const config& cfg) {
+  TUTTI_COLD static shm create(const job_env& job, const config& cfg) {
     if (job.local_world_size != job.world_size)
       throw config_error("tutti::shm needs every rank on one host, but the environment (" + job.source + ") says " +
                          std::to_string(job.local_world_size) + " of " + std::to_string(job.world_size) +
@@ -59,7 +60,7 @@ class shm {
     return t;
   }
 
-  static shm create(int rank, int world_size, const std::string& job_id, shm_options opt,
+  TUTTI_COLD static shm create(int rank, int world_size, const std::string& job_id, shm_options opt,
                     std::chrono::milliseconds timeout) {
     shm t;
     t.seg_ = detail::shm_impl::map_segment(rank, world_size, job_id, opt, timeout);
@@ -235,7 +236,7 @@ class shm {
   /// (`communicator::shrink`; shrink.hpp says how they agree). A rank that arrives after the
   /// decision without being in it raises `errc::aborted`. `kept`, when given, gets the old ranks
   /// of the members in new rank order.
-  shm shrink(std::chrono::milliseconds timeout, std::vector<int>* kept = nullptr) const {
+  TUTTI_COLD shm shrink(std::chrono::milliseconds timeout, std::vector<int>* kept = nullptr) const {
     if (group_.context() != 0) throw usage_error("shm shrink: call it on the world communicator, not on a group");
     auto& seg = *seg_;
     const auto s = detail::shm_impl::agree_survivors(seg, timeout);

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <string>
 
+#include "tutti/detail/attributes.hpp"
 #include "tutti/bootstrap/env.hpp"
 #include "tutti/core/config.hpp"
 
@@ -21,7 +22,7 @@ struct tcp_options {
   std::chrono::microseconds spin{20};                  ///< TUTTI_TCP_SPIN_US: busy-poll before blocking
   std::string ifname;                                  ///< TUTTI_SOCKET_IFNAME
 
-  static tcp_options from_env() {
+  TUTTI_COLD static tcp_options from_env() {
     tcp_options o;
     if (auto v = detail::env_int("TUTTI_TCP_STREAMS", 1, 16)) o.streams = static_cast<int>(*v);
     if (auto v = detail::env_int("TUTTI_TCP_BUFFER_BYTES", 0, 1L << 30)) {

@@ -24,6 +24,8 @@
 #include <thread>
 #include <vector>
 
+#include "tutti/detail/attributes.hpp"
+#include "tutti/bootstrap/net/sockets.hpp"
 #include "tutti/bootstrap/store.hpp"
 #include "tutti/core/error.hpp"
 #include "tutti/core/fingerprint.hpp"
@@ -57,12 +59,12 @@ struct connections {
 };
 
 inline std::string sockaddr_text(const asio::ip::tcp::endpoint& e) {
-  return store_impl::host_port(e.address().to_string(), e.port());
+  return net::host_port(e.address().to_string(), e.port());
 }
 
 /// The address of interface `ifname`, preferring `family`; `config_error` listing the
 /// interfaces when it has none.
-inline asio::ip::address interface_address(const std::string& ifname, int family) {
+TUTTI_COLD inline asio::ip::address interface_address(const std::string& ifname, int family) {
   ifaddrs* all = nullptr;
   if (::getifaddrs(&all) != 0) throw config_error("TUTTI_SOCKET_IFNAME: getifaddrs: " + errno_text(errno));
   std::optional<asio::ip::address> best;
@@ -125,7 +127,7 @@ inline void io_by(link& l, void* buf, std::size_t n, bool writing, std::chrono::
     p += k;
     n -= k;
     if (ec == asio::error::would_block || ec == asio::error::try_again || ec == asio::error::interrupted) {
-      const auto left = store_impl::left(deadline).count();
+      const auto left = net::left(deadline).count();
       if (left <= 0) throw timeout_error("tcp start-up: timed out " + what);
       pollfd pf{l.fd(), static_cast<short>(writing ? POLLOUT : POLLIN), 0};
       ::poll(&pf, 1, static_cast<int>(std::min<long long>(left, 1000)));
@@ -136,7 +138,7 @@ inline void io_by(link& l, void* buf, std::size_t n, bool writing, std::chrono::
 }
 
 /// Connects `l` to `ep` by the deadline, retrying while the peer is not listening yet.
-inline void connect(link& l, const asio::ip::tcp::endpoint& ep, const tcp_options& opt,
+TUTTI_COLD inline void connect(link& l, const asio::ip::tcp::endpoint& ep, const tcp_options& opt,
                     std::chrono::steady_clock::time_point deadline, int me, int peer) {
   std::string why;
   for (auto pause = std::chrono::milliseconds(2);; pause = std::min(pause * 2, std::chrono::milliseconds(200))) {
@@ -151,7 +153,7 @@ inline void connect(link& l, const asio::ip::tcp::endpoint& ep, const tcp_option
     int err = rc == 0 ? 0 : errno;
     if (err == EINPROGRESS) {
       pollfd pf{l.fd(), POLLOUT, 0};
-      const auto left = std::max<long long>(1, std::min<long long>(store_impl::left(deadline).count(), 5000));
+      const auto left = std::max<long long>(1, std::min<long long>(net::left(deadline).count(), 5000));
       if (::poll(&pf, 1, static_cast<int>(left)) > 0) {
         socklen_t len = sizeof err;
         ::getsockopt(l.fd(), SOL_SOCKET, SO_ERROR, &err, &len);
@@ -161,7 +163,7 @@ inline void connect(link& l, const asio::ip::tcp::endpoint& ep, const tcp_option
     }
     if (err == 0) return;
     why = errno_text(err);
-    if (store_impl::left(deadline).count() <= 0)
+    if (net::left(deadline).count() <= 0)
       throw timeout_error("tcp start-up: rank " + std::to_string(me) + " cannot connect to rank " + std::to_string(peer) +
                           " at " + sockaddr_text(ep) + ": " + why +
                           " (a firewall, or an address not reachable from here: see TUTTI_SOCKET_IFNAME)");

@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tutti/detail/attributes.hpp"
 #include "tutti/bootstrap/env.hpp"
 #include "tutti/bootstrap/store.hpp"
 #include "tutti/core/config.hpp"
@@ -32,7 +33,7 @@
 namespace tutti::detail::tcp_impl {
 
 /// Accepts the S connections of every lower rank; strangers are ignored, bad hellos refused.
-inline void accept_all(connections& m, asio::ip::tcp::acceptor& acceptor, const job_env& job,
+TUTTI_COLD inline void accept_all(connections& m, asio::ip::tcp::acceptor& acceptor, const job_env& job,
                        const std::string& token, std::chrono::steady_clock::time_point deadline) {
   const int S = m.opt.streams, R = job.rank;
   struct waiting {
@@ -41,8 +42,8 @@ inline void accept_all(connections& m, asio::ip::tcp::acceptor& acceptor, const 
     std::string from;  // the peer's address, for the log
     std::chrono::steady_clock::time_point accepted;
   };
-  using store_impl::hello_within;
-  using store_impl::max_silent;
+  using net::hello_within;
+  using net::max_silent;
   int logged = 0;
   std::vector<waiting> pending;
   for (int r = 0; r < R; ++r) m.peers[static_cast<std::size_t>(r)].resize(static_cast<std::size_t>(S));
@@ -50,7 +51,7 @@ inline void accept_all(connections& m, asio::ip::tcp::acceptor& acceptor, const 
   while (missing > 0) {
     std::vector<pollfd> fds{{acceptor.native_handle(), POLLIN, 0}};
     for (auto& p : pending) fds.push_back({p.l->fd(), POLLIN, 0});
-    const auto left = store_impl::left(deadline).count();
+    const auto left = net::left(deadline).count();
     if (left <= 0) {
       std::string who;
       for (int r = 0; r < R; ++r)
@@ -94,7 +95,7 @@ inline void accept_all(connections& m, asio::ip::tcp::acceptor& acceptor, const 
       std::string dropped;
       try {
         h = parse_mesh_hello(p.in);
-      } catch (const store_impl::malformed& e) {
+      } catch (const net::malformed& e) {
         dropped = e.stranger ? e.reason : "malformed hello (" + e.reason + ")";
       }
       if (!h && dropped.empty() && gone && !p.in.empty())  // a probe that connects and closes says nothing
@@ -120,7 +121,7 @@ inline void accept_all(connections& m, asio::ip::tcp::acceptor& acceptor, const 
       if (version != hello_version) {
         refusal = "protocol version " + std::to_string(version) + " differs from " + std::to_string(hello_version);
         fatal = false;
-      } else if (!store_impl::same_token(their_token, token) || job_id != job.job_id) {
+      } else if (!net::same_token(their_token, token) || job_id != job.job_id) {
         refusal = "wrong job token or job id: not a rank of this job";
         fatal = false;
       } else if (world != job.world_size)
@@ -133,7 +134,7 @@ inline void accept_all(connections& m, asio::ip::tcp::acceptor& acceptor, const 
         refusal = "rank " + std::to_string(from) + " (stream " + std::to_string(stream) + ") should not connect to rank " + std::to_string(R);
       else if (m.peers[static_cast<std::size_t>(from)][static_cast<std::size_t>(stream)])
         refusal = "two processes connect as rank " + std::to_string(from) + " (stream " + std::to_string(stream) + ")";
-      store_impl::writer a;
+      net::writer a;
       a.num(hello_magic).num(static_cast<std::uint8_t>(refusal.empty() ? 0 : 1)).str(refusal);
       try {
         io_by(*p.l, a.out.data(), a.out.size(), true, deadline, "answering a connection");
@@ -154,7 +155,7 @@ inline void accept_all(connections& m, asio::ip::tcp::acceptor& acceptor, const 
 }
 
 /// Builds this rank's connections to every other rank of the job (see the file comment).
-inline std::shared_ptr<connections> connect_all(const job_env& job, const config& cfg, const tcp_options& opt,
+TUTTI_COLD inline std::shared_ptr<connections> connect_all(const job_env& job, const config& cfg, const tcp_options& opt,
                                               const std::string& token) {
   using clock = std::chrono::steady_clock;
   auto m = std::make_shared<connections>();
@@ -188,7 +189,7 @@ inline std::shared_ptr<connections> connect_all(const job_env& job, const config
   const sockaddr_storage local = kv.local_address();
   asio::ip::address addr;
   if (!opt.ifname.empty()) addr = interface_address(opt.ifname, local.ss_family);
-  else addr = asio::ip::make_address(store_impl::addr_host(local));
+  else addr = asio::ip::make_address(net::addr_host(local));
   asio::ip::tcp::acceptor acceptor(m->io);
   const asio::ip::tcp::endpoint want(addr, 0);
   try {
@@ -209,7 +210,7 @@ inline std::shared_ptr<connections> connect_all(const job_env& job, const config
   kv.set("tutti/addr/" + std::to_string(job.rank), me.address().to_string() + " " + std::to_string(me.port()));
 
   const int S = opt.streams, R = job.rank, P = job.world_size;
-  auto left = [&] { return std::max(store_impl::left(deadline), std::chrono::milliseconds(1)); };
+  auto left = [&] { return std::max(net::left(deadline), std::chrono::milliseconds(1)); };
   // 1. Connect to every higher rank; the hello goes out at once, the answer is read in step 3.
   for (int j = R + 1; j < P; ++j) {
     const std::string where = kv.get("tutti/addr/" + std::to_string(j), left());
@@ -236,13 +237,13 @@ inline std::shared_ptr<connections> connect_all(const job_env& job, const config
   // 3. Every higher rank's answer.
   for (int j = R + 1; j < P; ++j)
     for (auto& l : m->peers[static_cast<std::size_t>(j)]) {
-      char head[store_impl::answer_head_bytes];
+      char head[net::answer_head_bytes];
       const std::string what = "waiting for rank " + std::to_string(j) + " to accept rank " + std::to_string(R);
       io_by(*l, head, sizeof head, false, deadline, what);
-      store_impl::answer_head a;
+      net::answer_head a;
       try {
-        a = store_impl::parse_answer_head(std::string_view(head, sizeof head), hello_magic);
-      } catch (const store_impl::malformed& e) {
+        a = net::parse_answer_head(std::string_view(head, sizeof head), hello_magic);
+      } catch (const net::malformed& e) {
         throw config_error("tcp start-up: rank " + std::to_string(j) + " answered rank " + std::to_string(R) +
                            " with something that is not tutti's (" + e.reason + ")");
       }

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "tutti/detail/attributes.hpp"
 #include "tutti/bootstrap/env.hpp"
 #include "tutti/core/config.hpp"
 #include "tutti/core/error.hpp"
@@ -51,7 +52,7 @@ class tcp {
     return create(job, cfg, tcp_options::from_env(), token ? token : "");
   }
 
-  static tcp create(const job_env& job, const config& cfg, const tcp_options& opt, const std::string& token) {
+  TUTTI_COLD static tcp create(const job_env& job, const config& cfg, const tcp_options& opt, const std::string& token) {
     tcp t;
     t.conn_ = detail::tcp_impl::connect_all(job, cfg, opt, token);
     t.group_ = toolkit::group_map(job.world_size, job.rank);
@@ -360,7 +361,7 @@ class tcp {
     detail::tcp_impl::frame_head f;
     try {
       f = detail::tcp_impl::parse_frame_head(in.wire);
-    } catch (const detail::store_impl::malformed& e) {
+    } catch (const detail::net::malformed& e) {
       throw error(errc::aborted, toolkit::where(in.h, w.algorithm) + ": rank " + std::to_string(rank()) +
                                      " received a malformed header from " + group_.name(in.peer) + " (" + e.reason + ")");
     }

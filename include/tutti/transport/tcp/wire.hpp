@@ -3,7 +3,7 @@
 /// connection with, and the 64-byte frame in front of every payload and notice
 /// (`toolkit::wire::frame`). The parsers are pure functions of the bytes received, called by the
 /// transport and by the fuzz target tests/fuzz/tcp_frame.cpp alike (which includes this header
-/// alone). A malformed input raises `store_impl::malformed` (`stranger` for a wrong magic); none
+/// alone). A malformed input raises `net::malformed` (`stranger` for a wrong magic); none
 /// of them allocates for a length it read before checking it against its cap.
 #pragma once
 
@@ -16,7 +16,8 @@
 #include <string>
 #include <string_view>
 
-#include "tutti/bootstrap/store.hpp"
+#include "tutti/detail/attributes.hpp"
+#include "tutti/bootstrap/net/codec.hpp"
 #include "tutti/core/collective.hpp"
 #include "tutti/core/fingerprint.hpp"
 #include "tutti/transport/toolkit/errors.hpp"
@@ -42,10 +43,10 @@ struct mesh_hello {
 inline constexpr std::size_t max_job_id = 256;  // TUTTI_JOB_ID; tuttirun's are far shorter
 inline constexpr std::size_t hello_fixed = 8 + 4 + 4 * 4;
 /// The longest hello: the acceptor never buffers more than this (plus one read) per connection.
-inline constexpr std::size_t max_hello_bytes = hello_fixed + 4 + max_job_id + 4 + store_impl::max_token;
+inline constexpr std::size_t max_hello_bytes = hello_fixed + 4 + max_job_id + 4 + net::max_token;
 
 inline std::string hello_text(int from, int world, int stream, int streams, const std::string& job, const std::string& token) {
-  store_impl::writer w;
+  net::writer w;
   w.num(hello_magic).num(hello_version).num(static_cast<std::int32_t>(from)).num(static_cast<std::int32_t>(world));
   w.num(static_cast<std::int32_t>(stream)).num(static_cast<std::int32_t>(streams)).str(job).str(token);
   return w.out;
@@ -54,9 +55,9 @@ inline std::string hello_text(int from, int world, int stream, int streams, cons
 /// Parses the hello at the front of `in`: empty while incomplete; `malformed` for another magic,
 /// or a job id or token longer than its cap (as soon as its length has arrived).
 inline std::optional<mesh_hello> parse_mesh_hello(std::string_view in) {
-  using store_impl::malformed;
+  using net::malformed;
   if (in.size() < 8) return std::nullopt;
-  store_impl::reader r{in};
+  net::reader r{in};
   if (r.num<std::uint64_t>() != hello_magic) throw malformed("not a tutti connection (wrong magic)", true);
   if (in.size() < hello_fixed) return std::nullopt;
   mesh_hello h;
@@ -68,13 +69,13 @@ inline std::optional<mesh_hello> parse_mesh_hello(std::string_view in) {
   // A length-prefixed field: false while incomplete.
   auto field = [&](std::string_view& out, std::size_t cap, const char* what) {
     if (r.in.size() < 4) return false;
-    const auto n = store_impl::reader{r.in}.num<std::uint32_t>();
+    const auto n = net::reader{r.in}.num<std::uint32_t>();
     if (n > cap) throw malformed(std::string(what) + " of " + std::to_string(n) + " bytes");
     if (r.in.size() < 4 + std::size_t{n}) return false;
     out = r.str(cap);
     return true;
   };
-  if (!field(h.job_id, max_job_id, "job id") || !field(h.token, store_impl::max_token, "token")) return std::nullopt;
+  if (!field(h.job_id, max_job_id, "job id") || !field(h.token, net::max_token, "token")) return std::nullopt;
   h.size = in.size() - r.in.size();
   return h;
 }
@@ -92,7 +93,7 @@ struct frame_head {
 /// Parses a frame; `malformed` for another magic, or a message of a collective that does not
 /// exist (error messages name the collective, so it must be one).
 inline frame_head parse_frame_head(const toolkit::wire::frame& f) {
-  using store_impl::malformed;
+  using net::malformed;
   using toolkit::wire::kind;
   frame_head out;
   for (kind k : {kind::failure, kind::stall, kind::note, kind::waiting})
@@ -112,7 +113,7 @@ inline frame_head parse_frame_head(const toolkit::wire::frame& f) {
 
 /// One line on stderr for a connection the acceptor drops: the peer's address and why, never
 /// the token. At most `max_logged` per start-up.
-inline void log_refusal(int rank, const std::string& from, const std::string& why, int& logged) {
+TUTTI_COLD inline void log_refusal(int rank, const std::string& from, const std::string& why, int& logged) {
   static constexpr int max_logged = 100;
   if (logged > max_logged) return;
   if (logged++ == max_logged)

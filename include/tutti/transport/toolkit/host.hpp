@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "tutti/detail/attributes.hpp"
+
 namespace tutti::toolkit {
 
 /// The cores this process may run on (its affinity mask), at least 1.
@@ -25,7 +27,7 @@ inline int cores_available() noexcept {
 inline bool oversubscribed(int local_ranks) noexcept { return local_ranks > cores_available(); }
 
 /// Whether process `pid` (of this host) is stopped (SIGSTOP, SIGTSTP, a tracer), from /proc.
-inline bool process_stopped(int pid) noexcept {
+TUTTI_COLD inline bool process_stopped(int pid) noexcept {
   if (pid <= 0) return false;
   char path[64], buf[512];
   std::snprintf(path, sizeof path, "/proc/%d/stat", pid);

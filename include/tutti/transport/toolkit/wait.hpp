@@ -23,8 +23,9 @@
 
 namespace tutti::toolkit {
 
-/// How long one sleep of an abortable wait may last: `abort()` takes effect within it.
-inline constexpr std::chrono::milliseconds abort_poll{20};
+/// How long one sleep of an abortable wait may last: `abort()` takes effect within it (the
+/// contract: a blocked call returns within about 20 ms of `abort()`, settling included).
+inline constexpr std::chrono::milliseconds abort_poll{5};
 
 /// What a wait is for, for its abort and timeout messages.
 struct wait_subject {

@@ -1,0 +1,438 @@
+/// \file
+/// The conformance suite's second part: ranks that disagree about a call. One case per way to
+/// disagree, for every collective (v-collectives included) and every algorithm that has it:
+/// counts (small, zero against non-zero, the sizes of the paths large messages take), element
+/// types, ops, roots, the order of calls, and, for the v-collectives, counts that differ between
+/// the ranks that pass them, a view whose size is not the count its peers expect, and
+/// all_to_all_v's send_counts[j] of rank i against rank j's recv_counts[i]; and point to point.
+///
+/// Every case demands, within the communicator's deadline:
+/// - at least one rank raises mismatch_error naming both values (or, for disagreements that change
+///   who talks to whom, the two collectives the ranks are in);
+/// - every rank raises mismatch_error or peer_lost (a rank released by a failed peer's notice),
+///   never timeout_error, never a normal return (the call is followed by two barriers, so a rank
+///   whose part happened to complete learns of the failure there);
+/// - every mismatch_error from the call names the odd rank and another rank;
+/// - a rank released by a failed peer's notice (peer_lost) quotes the peer's reason whole, or cut
+///   at a word with a marker ("[cut: N more bytes]");
+/// - afterwards the communicator refuses every call with errc::aborted.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "tutti/algorithm/automatic.hpp"
+#include "tutti/core/collective.hpp"
+#include "tutti/testing/collectives.hpp"
+#include "tutti/testing/outcomes.hpp"
+#include "tutti/testing/report.hpp"
+
+namespace tutti::testing {
+
+/// How precisely the messages must name the disagreement.
+enum class precision {
+  /// Every mismatch_error from the call names both values: the ranks follow the same
+  /// communication pattern (count, dtype, op), so the first exchange shows the difference.
+  both_values,
+  /// A different root or collective changes who talks to whom: a rank may finish its part and
+  /// be caught in the barrier after it, and a message may name the two collectives the ranks
+  /// are in ("different collectives, or a different order of calls") instead. At least one
+  /// rank must still name both values or both collectives.
+  values_or_order,
+  /// Counts of a v-collective: the rank that meets the difference names both values (either
+  /// needle set); the others may name the counts' sums, or be released by its failure.
+  some_rank_names_both,
+};
+
+inline constexpr const char* order_text = "different collectives, or a different order of calls";
+
+/// N of the "rank N failed while" of a peer_lost message, or -1.
+inline int failed_rank(const std::string& what) {
+  const auto at = what.find(" failed while");
+  if (at == std::string::npos) return -1;
+  const auto r = what.rfind("rank ", at);
+  if (r == std::string::npos) return -1;
+  const auto named = ranks_named(what.substr(r, at - r));
+  return named.empty() ? -1 : *named.begin();
+}
+
+/// The verdict on one case (see the file comment). `alternatives`: other needle sets that count
+/// as naming both values.
+inline void judge(report& rep, const std::vector<outcome>& out, int odd, const std::vector<std::string>& needles,
+                  const std::string& label, precision how, const std::vector<std::vector<std::string>>& alternatives = {}) {
+  int precise = 0;
+  auto names_both = [&](const std::string& what) {
+    if (std::all_of(needles.begin(), needles.end(), [&](const std::string& n) { return contains(what, n); })) return true;
+    for (const auto& alt : alternatives)
+      if (std::all_of(alt.begin(), alt.end(), [&](const std::string& n) { return contains(what, n); })) return true;
+    return false;
+  };
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const int r = static_cast<int>(i);
+    const auto& o = out[i];
+    rep.check(o.k == kind::mismatch || o.k == kind::peer_lost, label, r,
+              "raised " + kind_name(o.k) + " in phase " + std::to_string(o.phase) + ": " + o.what);
+    if (o.k != kind::none) {
+      rep.check(o.next == kind::aborted, label, r, "after failing, its next collective raised " + kind_name(o.next));
+      rep.check(o.next_send == kind::aborted, label, r, "after failing, its next send raised " + kind_name(o.next_send));
+      rep.check(o.next_repeats, label, r, "after failing, its next call's error does not repeat the original one");
+    }
+    if (o.k == kind::peer_lost) {
+      // A rank released by a failed peer's notice quotes the peer's whole reason.
+      const int from = failed_rank(o.what);
+      if (from >= 0 && from < static_cast<int>(out.size()) && out[static_cast<std::size_t>(from)].k == kind::mismatch) {
+        const std::string reason = out[static_cast<std::size_t>(from)].what.substr(0, 1000);
+        rep.check(contains(o.what, reason) || contains(o.what, "[cut: "), label, r,
+                  "its peer_lost does not quote rank " + std::to_string(from) + "'s reason (\"" + reason + "\") whole: " + o.what);
+      }
+    }
+    if (o.k != kind::mismatch) continue;
+    const auto named = ranks_named(o.what);
+    rep.check(named.size() >= 2, label, r, "its mismatch message does not name two ranks: " + o.what);
+    const bool values = names_both(o.what);
+    const bool order = how == precision::values_or_order && contains(o.what, order_text);
+    if (values || order) ++precise;
+    // Caught in the barrier after the call: ranks that disagree about the root may both finish
+    // a call in which nobody waits for the other, and learn of it at the next call.
+    if (o.phase != 1) continue;
+    rep.check(named.count(odd) == 1, label, r, "its mismatch message does not name rank " + std::to_string(odd) + ": " + o.what);
+    if (values || order || how == precision::some_rank_names_both) continue;
+    for (const auto& needle : needles)
+      rep.check(contains(o.what, needle), label, r, "its mismatch message lacks '" + needle + "': " + o.what);
+  }
+  rep.check(precise >= 1, label, -1, "no rank raised a mismatch_error naming both values");
+}
+
+/// Calls collective `c` with well-formed buffers for this rank's own arguments: `count` is the
+/// whole buffer (broadcast, reduce, all_reduce) or the per-rank block (everything else; the
+/// v-collectives: every rank's count).
+template <class T, class A, class Op = op::sum, class Comm>
+void call(Comm& comm, collective c, std::size_t count, int root, const A& a = {}, const Op& o = {}) {
+  using Tr = typename Comm::transport_type;
+  const auto p = static_cast<std::size_t>(comm.size());
+  const bool at_root = comm.rank() == root;
+  const std::vector<std::size_t> counts(p, count);
+  switch (c) {
+    case collective::broadcast:
+      if constexpr (has<A, collective::broadcast, Tr>) {
+        std::vector<T> b(count);
+        comm.broadcast(view(b), root, a);
+      }
+      return;
+    case collective::reduce:
+      if constexpr (has<A, collective::reduce, Tr>) {
+        std::vector<T> b(count);
+        comm.reduce(view(b), root, o, a);
+      }
+      return;
+    case collective::all_reduce:
+      if constexpr (has<A, collective::all_reduce, Tr>) {
+        std::vector<T> b(count);
+        comm.all_reduce(view(b), o, a);
+      }
+      return;
+    case collective::gather:
+      if constexpr (has<A, collective::gather, Tr>) {
+        std::vector<T> in(count), out(at_root ? count * p : 0);
+        comm.gather(view(in), view(out), root, a);
+      }
+      return;
+    case collective::all_gather:
+      if constexpr (has<A, collective::all_gather, Tr>) {
+        std::vector<T> in(count), out(count * p);
+        comm.all_gather(view(in), view(out), a);
+      }
+      return;
+    case collective::scatter:
+      if constexpr (has<A, collective::scatter, Tr>) {
+        std::vector<T> in(at_root ? count * p : 0), out(count);
+        comm.scatter(view(in), view(out), root, a);
+      }
+      return;
+    case collective::all_to_all:
+      if constexpr (has<A, collective::all_to_all, Tr>) {
+        std::vector<T> in(count * p), out(count * p);
+        comm.all_to_all(view(in), view(out), a);
+      }
+      return;
+    case collective::reduce_scatter:
+      if constexpr (has<A, collective::reduce_scatter, Tr>) {
+        std::vector<T> in(count * p), out(count);
+        comm.reduce_scatter(view(in), view(out), o, a);
+      }
+      return;
+    case collective::barrier:
+      if constexpr (has<A, collective::barrier, Tr>) comm.barrier(a);
+      return;
+    case collective::all_gather_v:
+      if constexpr (has<A, collective::all_gather_v, Tr>) {
+        std::vector<T> in(count), out(count * p);
+        comm.all_gather_v(view(in), view(out), counts, a);
+      }
+      return;
+    case collective::gather_v:
+      if constexpr (has<A, collective::gather_v, Tr>) {
+        std::vector<T> in(count), out(at_root ? count * p : 0);
+        comm.gather_v(view(in), view(out), at_root ? std::span<const std::size_t>(counts) : std::span<const std::size_t>(),
+                      root, a);
+      }
+      return;
+    case collective::scatter_v:
+      if constexpr (has<A, collective::scatter_v, Tr>) {
+        std::vector<T> in(at_root ? count * p : 0), out(count);
+        comm.scatter_v(view(in), at_root ? std::span<const std::size_t>(counts) : std::span<const std::size_t>(), view(out),
+                       root, a);
+      }
+      return;
+    case collective::all_to_all_v:
+      if constexpr (has<A, collective::all_to_all_v, Tr>) {
+        std::vector<T> in(count * p), out(count * p);
+        comm.all_to_all_v(view(in), counts, view(out), counts, a);
+      }
+      return;
+    case collective::reduce_scatter_v:
+      if constexpr (has<A, collective::reduce_scatter_v, Tr>) {
+        std::vector<T> in(count * p), out(count);
+        comm.reduce_scatter_v(view(in), view(out), counts, o, a);
+      }
+      return;
+    default: break;
+  }
+}
+
+template <class A, class Tr>
+bool has_rt(collective c) {
+  bool out = false;
+  if (static_cast<std::size_t>(c) < scheduled_count)
+    with_collective(c, [&](auto k) { out = has<A, decltype(k)::value, Tr>; });
+  return out;
+}
+
+/// The count a fingerprint carries for `call(comm, c, count, ...)` on p ranks.
+inline std::size_t fp_count(collective c, std::size_t count, int p) {
+  if (c == collective::all_to_all) return count * static_cast<std::size_t>(p);
+  return count;
+}
+
+template <class Tuple, class F>
+void each_type(F&& f) {
+  [&]<std::size_t... I>(std::index_sequence<I...>) { (f(std::tuple_element_t<I, Tuple>{}), ...); }(
+      std::make_index_sequence<std::tuple_size_v<Tuple>>{});
+}
+
+/// The disagreements a v-collective's counts allow (see the file comment), with algorithm A.
+template <class A, class Runner>
+void check_v_counts(Runner& run, report& rep, collective c, int odd, const A& a, const std::string& where) {
+  using Tr = typename Runner::transport_type;
+  const int p = run.size();
+  const auto P = static_cast<std::size_t>(p);
+  const std::size_t base = 6;
+  auto expect = [&](auto call_it, const std::vector<std::string>& needles,
+                    const std::vector<std::vector<std::string>>& alternatives, const std::string& what) {
+    const std::string label = "mismatch: " + where + ", odd rank " + std::to_string(odd) + ": " + what;
+    auto body = [&](auto& comm) {
+      comm.set_timeout(run.deadline());
+      return attempt(comm, call_it);
+    };
+    auto out = run.run(body, label);
+    if (run.judges()) judge(rep, out, odd, needles, label, precision::some_rank_names_both, alternatives);
+  };
+  const int other = odd == 0 ? 1 : 0;
+  if (c == collective::all_gather_v || c == collective::reduce_scatter_v) {
+    // The odd rank's counts differ from everybody else's at another rank's index (so its own
+    // view still holds its own count).
+    const std::size_t j = static_cast<std::size_t>(other);
+    auto call_it = [&](auto& comm) {
+      std::vector<std::size_t> counts(P, base);
+      if (comm.rank() == odd) counts[j] = base + 1;
+      std::size_t total = 0;
+      for (auto v : counts) total += v;
+      const auto me = static_cast<std::size_t>(comm.rank());
+      if (c == collective::all_gather_v) {
+        if constexpr (has<A, collective::all_gather_v, Tr>) {
+          std::vector<float> in(counts[me]), out(total);
+          comm.all_gather_v(view(in), view(out), counts, a);
+        }
+      } else if constexpr (has<A, collective::reduce_scatter_v, Tr>) {
+        std::vector<float> in(total), out(counts[me]);
+        comm.reduce_scatter_v(view(in), view(out), counts, op::sum{}, a);
+      }
+    };
+    const std::string idx = "counts[" + std::to_string(j) + "] = ";
+    expect(call_it, {idx + std::to_string(base), idx + std::to_string(base + 1)},
+           {{"sum " + std::to_string(base * P), "sum " + std::to_string(base * P + 1)}},
+           "counts[" + std::to_string(j) + "] " + std::to_string(base + 1) + " against " + std::to_string(base));
+    // A view whose size is not this rank's count: seen by the rank alone, a mismatch all the same.
+    auto view_it = [&](auto& comm) {
+      std::vector<std::size_t> counts(P, base);
+      const auto me = static_cast<std::size_t>(comm.rank());
+      const std::size_t mine = comm.rank() == odd ? base - 1 : base;
+      if (c == collective::all_gather_v) {
+        if constexpr (has<A, collective::all_gather_v, Tr>) {
+          std::vector<float> in(mine), out(base * P);
+          comm.all_gather_v(view(in), view(out), counts, a);
+        }
+      } else if constexpr (has<A, collective::reduce_scatter_v, Tr>) {
+        std::vector<float> in(base * P), out(mine);
+        comm.reduce_scatter_v(view(in), view(out), counts, op::sum{}, a);
+      }
+      (void)me;
+    };
+    expect(view_it, {std::to_string(base - 1) + " elements", "counts[" + std::to_string(odd) + "] = " + std::to_string(base)}, {},
+           "its view holds " + std::to_string(base - 1) + " elements, its count says " + std::to_string(base));
+  }
+  if (c == collective::gather_v || c == collective::scatter_v) {
+    // A rank's view against the root's count for it: the root is the other rank.
+    const int root = other;
+    auto call_it = [&](auto& comm) {
+      const std::vector<std::size_t> counts(P, base);
+      const bool at_root = comm.rank() == root;
+      const std::size_t mine = comm.rank() == odd ? base + 2 : base;
+      if (c == collective::gather_v) {
+        if constexpr (has<A, collective::gather_v, Tr>) {
+          std::vector<float> in(mine), out(at_root ? base * P : 0);
+          comm.gather_v(view(in), view(out), at_root ? std::span<const std::size_t>(counts) : std::span<const std::size_t>(),
+                        root, a);
+        }
+      } else if constexpr (has<A, collective::scatter_v, Tr>) {
+        std::vector<float> in(at_root ? base * P : 0), out(mine);
+        comm.scatter_v(view(in), at_root ? std::span<const std::size_t>(counts) : std::span<const std::size_t>(), view(out),
+                       root, a);
+      }
+    };
+    expect(call_it, {"counts[" + std::to_string(odd) + "] = " + std::to_string(base), std::to_string(base + 2) + " elements"},
+           {}, "rank " + std::to_string(odd) + "'s view of " + std::to_string(base + 2) + " against the root's count " +
+                   std::to_string(base));
+  }
+  if (c == collective::all_to_all_v) {
+    // Rank odd sends the other rank one more element than that rank expects from it.
+    const int j = other;
+    auto call_it = [&](auto& comm) {
+      if constexpr (has<A, collective::all_to_all_v, Tr>) {
+        std::vector<std::size_t> send(P, base), recv(P, base);
+        if (comm.rank() == odd) send[static_cast<std::size_t>(j)] = base + 1;
+        std::size_t stotal = 0;
+        for (auto v : send) stotal += v;
+        std::vector<float> in(stotal), out(base * P);
+        comm.all_to_all_v(view(in), send, view(out), recv, a);
+      }
+    };
+    expect(call_it,
+           {"recv_counts[" + std::to_string(odd) + "] = " + std::to_string(base),
+            "send_counts[" + std::to_string(j) + "] = " + std::to_string(base + 1)},
+           {}, "rank " + std::to_string(odd) + "'s send_counts[" + std::to_string(j) + "] " + std::to_string(base + 1) +
+                   " against rank " + std::to_string(j) + "'s recv_counts[" + std::to_string(odd) + "] " + std::to_string(base));
+  }
+}
+
+/// Every way ranks can disagree about collective `c`, for every algorithm of `Algorithms` that
+/// has a schedule for it on the runner's transport, with the odd rank first and last.
+template <class Algorithms, class Runner>
+void check_mismatches(Runner& run, report& rep, collective c) {
+  using Tr = typename Runner::transport_type;
+  const int p = run.size();
+  std::vector<int> odds{0, p - 1};
+  odds.erase(std::unique(odds.begin(), odds.end()), odds.end());
+  each_type<Algorithms>([&](auto a) {
+    using A = decltype(a);
+    if (!has_rt<A, Tr>(c)) return;
+    const std::string where = std::string(collective_name(c)) + "(" + std::string(A::name) + ") on " + std::to_string(p) + " ranks";
+    auto expect = [&](auto call_it, int odd, const std::vector<std::string>& needles, const std::string& what, precision how) {
+      const std::string label = "mismatch: " + where + ", odd rank " + std::to_string(odd) + ": " + what;
+      auto body = [&](auto& comm) {
+        comm.set_timeout(run.deadline());
+        return attempt(comm, call_it);
+      };
+      auto out = run.run(body, label);
+      if (run.judges()) judge(rep, out, odd, needles, label, how);
+    };
+    const bool v = info(c).counts == counts_kind::per_rank;
+    for (int odd : odds) {
+      if (c != collective::barrier && !v) {
+        std::vector<std::pair<std::size_t, std::size_t>> counts{{10, 12}, {0, 3}};
+        if (c == collective::all_reduce) {
+          counts.emplace_back(70000, 70016);                                       // two shot (shared_memory)
+          counts.emplace_back(std::size_t{1} << 20, (std::size_t{1} << 20) + 16);  // 4 MiB: single copy
+        }
+        for (auto [mine, theirs] : counts) {
+          auto call_it = [&, mine = mine, theirs = theirs](auto& comm) {
+            call<float>(comm, c, comm.rank() == odd ? mine : theirs, 0, a);
+          };
+          expect(call_it, odd,
+                 {"count=" + std::to_string(fp_count(c, mine, p)), "count=" + std::to_string(fp_count(c, theirs, p))},
+                 "count " + std::to_string(mine) + " against " + std::to_string(theirs), precision::both_values);
+        }
+      }
+      if (v && p >= 2) check_v_counts(run, rep, c, odd, a, where);
+      if (c != collective::barrier) {
+        auto dtype_it = [&](auto& comm) {
+          if (comm.rank() == odd) call<float>(comm, c, 6, 0, a);
+          else call<std::int32_t>(comm, c, 6, 0, a);
+        };
+        expect(dtype_it, odd, {"dtype=float", "dtype=int32"}, "float against int32", precision::both_values);
+      }
+      if (info(c).reduces) {
+        auto op_it = [&](auto& comm) {
+          if (comm.rank() == odd) call<float>(comm, c, 6, 0, a, op::max{});
+          else call<float>(comm, c, 6, 0, a, op::sum{});
+        };
+        expect(op_it, odd, {"op=max", "op=sum"}, "max against sum", precision::both_values);
+      }
+      if (info(c).rooted) {
+        auto root_it = [&](auto& comm) { call<float>(comm, c, 6, comm.rank() == odd ? 0 : 1, a); };
+        expect(root_it, odd, {"root=0", "root=1"}, "root 0 against root 1", precision::values_or_order);
+      }
+      // Order: where the others call c, the odd rank calls another collective.
+      const collective other = c == collective::barrier ? collective::all_reduce : collective::barrier;
+      auto order_it = [&](auto& comm) {
+        if (comm.rank() != odd) return call<float>(comm, c, 5, 0, a);
+        if (has_rt<A, Tr>(other)) call<float>(comm, other, 5, 0, a);
+        else call<float>(comm, other, 5, 0, algo::automatic{});
+      };
+      expect(order_it, odd, {std::string(collective_name(c)) + " #0", std::string(collective_name(other)) + " #0"},
+             std::string(collective_name(other)) + " against " + std::string(collective_name(c)), precision::values_or_order);
+    }
+  });
+}
+
+/// Point to point: rank 0 sends to rank 1, which expects another count or element type; every
+/// other rank goes straight to the barrier after it.
+template <class Runner>
+void check_send_recv(Runner& run, report& rep) {
+  for (int variant = 0; variant < 2; ++variant) {
+    auto call_it = [&](auto& comm) {
+      if (comm.rank() == 0) {
+        std::vector<float> v(4, 1.0f);
+        comm.send(view(v), 1, 3);
+      } else if (comm.rank() == 1) {
+        if (variant == 0) {
+          std::vector<std::int32_t> v(4);
+          comm.recv(view(v), 0, 3);
+        } else {
+          std::vector<float> v(5);
+          comm.recv(view(v), 0, 3);
+        }
+      }
+    };
+    auto body = [&](auto& comm) {
+      comm.set_timeout(run.deadline());
+      return attempt(comm, call_it);
+    };
+    const std::string label = std::string("mismatch: send/recv on ") + std::to_string(run.size()) + " ranks: " +
+                              (variant == 0 ? "float sent, int32 expected" : "count 4 sent, 5 expected");
+    auto out = run.run(body, label);
+    if (!run.judges()) continue;
+    judge(rep, out, 1, variant == 0 ? std::vector<std::string>{"dtype=float", "dtype=int32"}
+                                    : std::vector<std::string>{"count=4", "count=5"},
+          label, precision::both_values);
+    rep.check(out[1].k == kind::mismatch, label, 1, "the receiver raised " + kind_name(out[1].k) + ": " + out[1].what);
+  }
+}
+
+}  // namespace tutti::testing

@@ -1,0 +1,45 @@
+// The installed conformance suite (tutti/testing/conformance.hpp) over inproc, ranks as threads:
+// results at world sizes 1..9 with every algorithm, every mismatch case and the failure cases at
+// 2, 3 and 5 ranks.
+#include <doctest/doctest.h>
+
+#include <initializer_list>
+#include <tutti/testing/conformance.hpp>
+#include <tutti/tutti.hpp>
+
+#include "../support/conformance.hpp"
+
+using namespace tutti;
+using tutti::test::suite_options;
+
+namespace {
+/// Runs one part of the suite at each world size, ranks as inproc threads.
+template <class Part>
+void at_sizes(std::initializer_list<int> sizes, Part part) {
+  for (int n : sizes) {
+    CAPTURE(n);
+    testing::report rep;
+    auto run = testing::make_thread_runner<inproc>(n, [](int ranks, auto&& body) { inproc::run(ranks, body); });
+    part(run, rep);
+    tutti::test::verdict(rep);
+  }
+}
+using algorithms = testing::every_algorithm;
+}  // namespace
+
+TEST_SUITE_BEGIN("multirank");
+
+TEST_CASE("conformance over inproc: every collective and v-collective at world sizes 1..9") {
+  at_sizes({1, 2, 3, 4, 5, 6, 7, 8, 9},
+           [](auto& run, auto& rep) { testing::check_results<algorithms>(run, rep, suite_options()); });
+}
+
+TEST_CASE("conformance over inproc: every way ranks can disagree at 2, 3 and 5 ranks") {
+  at_sizes({2, 3, 5}, [](auto& run, auto& rep) { testing::check_all_mismatches<algorithms>(run, rep); });
+}
+
+TEST_CASE("conformance over inproc: a silent peer, a lost peer and abort at 2, 3 and 5 ranks") {
+  at_sizes({2, 3, 5}, [](auto& run, auto& rep) { testing::check_failures(run, rep, suite_options()); });
+}
+
+TEST_SUITE_END();
