@@ -53,6 +53,7 @@
 #include <array>
 #include <cstddef>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -80,6 +81,207 @@ struct size_range {
   std::size_t lo = 0, hi = static_cast<std::size_t>(-1);
   constexpr bool contains(std::size_t b) const noexcept { return lo <= b && b <= hi; }
 };
+
+namespace detail {
+/// A `TUTTI_ALGO` value, parsed against an automatic_of's candidates (by index) and what they
+/// run on a transport.
+struct algo_overrides {
+  struct ranged {
+    size_range range;
+    std::size_t algorithm;
+    std::string text;  // as written, for explain()
+  };
+  /// Per-size items (`c=alg@range,...`), checked before `per_collective`.
+  std::array<std::vector<ranged>, scheduled_count> per_size{};
+  /// One algorithm per collective for every size (`c=alg`, or the bare name).
+  std::array<std::optional<std::size_t>, scheduled_count> per_collective{};
+  /// Which per_collective entries came from a `c=alg` item rather than the bare name.
+  std::array<bool, scheduled_count> explicit_collective{};
+  /// The bare name, if any.
+  std::optional<std::size_t> bare;
+
+  bool empty() const noexcept {
+    for (std::size_t c = 0; c < scheduled_count; ++c)
+      if (per_collective[c] || !per_size[c].empty()) return false;
+    return true;
+  }
+};
+
+/// Parses a `TUTTI_ALGO` value (the grammar in the file comment) against candidates `names`
+/// (with what each `needs`, for messages) and `runs[i][c]`: candidate i schedules c here.
+TUTTI_COLD inline algo_overrides parse_algo_overrides(std::string_view text, std::span<const std::string_view> names,
+                                                   std::span<const std::string_view> needs,
+                                                   std::span<const std::array<bool, scheduled_count>> runs) {
+  algo_overrides t;
+  const std::size_t candidate_count = names.size();
+  auto index_of = [&](std::string_view n) -> std::optional<std::size_t> {
+    for (std::size_t i = 0; i < candidate_count; ++i)
+      if (names[i] == n) return i;
+    return std::nullopt;
+  };
+  const std::string whole(text);
+  // "'text'", built by appending: GCC 12 warns (-Wrestrict, a false positive) on "'" + string.
+  auto quoted = [](std::string_view x) {
+    std::string q(1, '\'');
+    q += x;
+    q += '\'';
+    return q;
+  };
+  auto trim = [](std::string_view s) {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+    return s;
+  };
+  auto fail = [&](const std::string& msg) -> void { throw config_error("TUTTI_ALGO=" + whole + ": " + msg); };
+  auto candidate_list = [&] {
+    std::string s;
+    for (std::size_t i = 0; i < candidate_count; ++i)
+      s += (i == 0 ? "" : i + 1 == candidate_count ? " or " : ", ") + std::string(names[i]);
+    return s;
+  };
+  auto runs_any = [&](std::size_t a) {
+    for (std::size_t c = 0; c < scheduled_count; ++c)
+      if (runs[a][c]) return true;
+    return false;
+  };
+  auto algo_named = [&](std::string_view n) -> std::size_t {
+    if (const auto i = index_of(n)) {
+      if (!runs_any(*i)) {
+        if (!needs[*i].empty())
+          fail(quoted(n) + " needs " + std::string(needs[*i]) + "; this communicator's transport has none");
+        fail(quoted(n) + " has no schedule on this communicator's transport");
+      }
+      return *i;
+    }
+    if (n == "automatic") fail("'automatic' is the default; leave the collective out instead");
+    fail("unknown algorithm '" + std::string(n) + "' (expected " + candidate_list() + ")");
+    return 0;
+  };
+  auto collective_named = [&](std::string_view n) -> collective {
+    if (const auto c = tutti::collective_named(n)) return *c;
+    fail("unknown collective '" + std::string(n) + "' (expected " + std::string(scheduled_names()) + ")");
+    return collective::barrier;
+  };
+  constexpr auto top = static_cast<std::size_t>(-1);
+  // N := digits [K|M|G]
+  auto size_named = [&](std::string_view n, std::string_view in) -> std::size_t {
+    n = trim(n);
+    std::size_t i = 0, v = 0;
+    const std::string bad = quoted(n) + " in '" + std::string(in) +
+                            "' is not a size (expected digits with an optional K, M or G suffix, like 4096, 64K or 1M)";
+    if (n.empty() || n[0] < '0' || n[0] > '9') fail(bad);
+    for (; i < n.size() && n[i] >= '0' && n[i] <= '9'; ++i) {
+      if (v > (top - 9) / 10) fail("size '" + std::string(n) + "' in '" + std::string(in) + "' is too large");
+      v = v * 10 + static_cast<std::size_t>(n[i] - '0');
+    }
+    int shift = 0;
+    if (i < n.size()) {
+      switch (n[i]) {
+        case 'K': shift = 10; break;
+        case 'M': shift = 20; break;
+        case 'G': shift = 30; break;
+        default: fail(bad);
+      }
+      if (++i != n.size()) fail(bad);
+    }
+    if (shift && v > (top >> shift)) fail("size '" + std::string(n) + "' in '" + std::string(in) + "' is too large");
+    return v << shift;
+  };
+  // range := <=N | <N | >=N | >N | A..B
+  auto range_named = [&](std::string_view r, std::string_view in) -> size_range {
+    r = trim(r);
+    size_range out;
+    if (r.starts_with("<=")) out.hi = size_named(r.substr(2), in);
+    else if (r.starts_with(">=")) out.lo = size_named(r.substr(2), in);
+    else if (r.starts_with("<")) {
+      const auto n = size_named(r.substr(1), in);
+      if (n == 0) fail(quoted(in) + ": no size is < 0");
+      out.hi = n - 1;
+    } else if (r.starts_with(">")) {
+      const auto n = size_named(r.substr(1), in);
+      if (n == top) fail(quoted(in) + ": no size is above that");
+      out.lo = n + 1;
+    } else if (const auto dots = r.find(".."); dots != std::string_view::npos) {
+      out.lo = size_named(r.substr(0, dots), in);
+      out.hi = size_named(r.substr(dots + 2), in);
+      if (out.lo > out.hi) fail(quoted(in) + ": the range " + std::string(r) + " is empty (A..B needs A <= B)");
+    } else {
+      fail(quoted(in) + ": '" + std::string(r) + "' is not a size range (expected <=N, <N, >=N, >N or A..B)");
+    }
+    return out;
+  };
+  std::array<bool, scheduled_count> named{};
+  int current = -1;  // the collective an `alg@range` continuation belongs to
+  bool first = true;
+  text = trim(text);
+  if (text.empty()) return t;
+  while (true) {
+    const auto comma = text.find(',');
+    const std::string_view item = trim(text.substr(0, comma));
+    if (item.empty()) fail("empty item (two commas in a row, or a comma at either end)");
+    const auto at_sign = item.find('@');
+    auto eq = item.find('=');
+    if (at_sign != std::string_view::npos && eq > at_sign) eq = std::string_view::npos;  // the = of <=, >=
+    std::string_view spec = item;  // alg[@range]
+    if (eq != std::string_view::npos) {
+      const collective c = collective_named(trim(item.substr(0, eq)));
+      if (named[static_cast<std::size_t>(c)])
+        fail(std::string(collective_name(c)) + " is named twice (list its ranges in one item: " +
+             std::string(collective_name(c)) + "=a@range,b@range)");
+      named[static_cast<std::size_t>(c)] = true;
+      current = static_cast<int>(c);
+      spec = trim(item.substr(eq + 1));
+    } else if (item.find('@') == std::string_view::npos) {  // a bare name: every collective
+      if (t.bare) fail(quoted(item) + ": only one bare algorithm name is allowed (the default for every collective)");
+      if (!first)
+        fail(quoted(item) + ": a bare algorithm name (the default for every collective) must come first; "
+             "after collective=algorithm, give each further algorithm a range (algorithm@range)");
+      t.bare = algo_named(item);
+      first = false;
+      if (comma == std::string_view::npos) break;
+      text = text.substr(comma + 1);
+      continue;
+    } else if (current < 0) {
+      fail(quoted(item) + ": a size range needs a collective (write all_reduce=" + std::string(item) + ")");
+    }
+    first = false;
+    const auto c = static_cast<collective>(current);
+    const auto ci = static_cast<std::size_t>(c);
+    const auto at = spec.find('@');
+    const std::size_t a = algo_named(trim(spec.substr(0, at)));
+    if (!runs[a][ci])
+      fail(std::string(names[a]) + " has no " + std::string(collective_name(c)) + " schedule" +
+           (needs[a].empty() ? std::string() : " here (it needs " + std::string(needs[a]) + ")"));
+    if (at == std::string_view::npos) {
+      if (!t.per_size[ci].empty() || t.per_collective[ci])
+        fail(quoted(item) + ": " + std::string(collective_name(c)) +
+             " already has an algorithm; give every algorithm of a list a range (alg@range)");
+      t.per_collective[ci] = a;
+      t.explicit_collective[ci] = true;
+    } else {
+      if (t.per_collective[ci])
+        fail(quoted(item) + ": " + std::string(collective_name(c)) + " already has an algorithm for every size");
+      if (info(c).size == size_basis::unknown || info(c).size == size_basis::none)
+        fail(quoted(item) + ": " + std::string(collective_name(c)) +
+             " takes no size range (no size of it is known on every rank); name its algorithm without one");
+      const size_range r = range_named(spec.substr(at + 1), item);
+      for (const auto& o : t.per_size[ci])
+        if (r.lo <= o.range.hi && o.range.lo <= r.hi)
+          fail(quoted(item) + " overlaps '" + o.text + "' (" + std::string(collective_name(c)) +
+               " ranges must not overlap)");
+      t.per_size[ci].push_back({r, a, std::string(collective_name(c)) + "=" + std::string(names[a]) + "@" +
+                                          std::string(trim(spec.substr(at + 1)))});
+    }
+    if (comma == std::string_view::npos) break;
+    text = text.substr(comma + 1);
+  }
+  if (t.bare)
+    for (std::size_t c = 0; c < scheduled_count; ++c)
+      if (!t.per_collective[c] && runs[*t.bare][c]) t.per_collective[c] = t.bare;
+  return t;
+}
+
+}  // namespace detail
 
 namespace detail {
 /// Whether algorithm `A` may be picked only by name (TUTTI_ALGO, a table row), never by a rule.
@@ -169,29 +371,15 @@ struct automatic_of {
 
   // ---- TUTTI_ALGO -------------------------------------------------------------------------------
 
-  /// A `TUTTI_ALGO` value, parsed against the candidates and what they run on `Transport`.
-  struct override_table {
-    struct ranged {
-      size_range range;
-      std::size_t algorithm;
-      std::string text;  // as written, for explain()
-    };
-    /// Per-size items (`c=alg@range,...`), checked before `per_collective`.
-    std::array<std::vector<ranged>, scheduled_count> per_size{};
-    /// One algorithm per collective for every size (`c=alg`, or the bare name).
-    std::array<std::optional<std::size_t>, scheduled_count> per_collective{};
-    /// Which per_collective entries came from a `c=alg` item rather than the bare name.
-    std::array<bool, scheduled_count> explicit_collective{};
-    /// The bare name, if any.
-    std::optional<std::size_t> bare;
-
-    bool empty() const noexcept {
-      for (std::size_t c = 0; c < scheduled_count; ++c)
-        if (per_collective[c] || !per_size[c].empty()) return false;
-      return true;
-    }
+  /// A `TUTTI_ALGO` value, parsed against the candidates and what they run on `Transport`
+  /// (`detail::algo_overrides`: the parser is not a template, so every program compiles it once).
+  struct override_table : detail::algo_overrides {
     template <class Transport = tutti::detail::probe_transport>
-    static override_table parse(std::string_view text);
+    static override_table parse(std::string_view text) {
+      override_table t;
+      static_cast<detail::algo_overrides&>(t) = detail::parse_algo_overrides(text, names, needs, support<Transport>);
+      return t;
+    }
   };
 
   // ---- the choice ---------------------------------------------------------------------------------
@@ -349,167 +537,6 @@ struct automatic_of {
     }
   }
 };
-
-template <class... Candidates>
-template <class Transport>
-typename automatic_of<Candidates...>::override_table automatic_of<Candidates...>::override_table::parse(
-    std::string_view text) {
-  override_table t;
-  constexpr auto& runs = support<Transport>;
-  const std::string whole(text);
-  auto trim = [](std::string_view s) {
-    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-    return s;
-  };
-  auto fail = [&](const std::string& msg) -> void { throw config_error("TUTTI_ALGO=" + whole + ": " + msg); };
-  auto candidate_list = [] {
-    std::string s;
-    for (std::size_t i = 0; i < candidate_count; ++i)
-      s += (i == 0 ? "" : i + 1 == candidate_count ? " or " : ", ") + std::string(names[i]);
-    return s;
-  };
-  auto runs_any = [&](std::size_t a) {
-    for (std::size_t c = 0; c < scheduled_count; ++c)
-      if (runs[a][c]) return true;
-    return false;
-  };
-  auto algo_named = [&](std::string_view n) -> std::size_t {
-    if (const auto i = index_of(n)) {
-      if (!runs_any(*i)) {
-        if (!needs[*i].empty())
-          fail("'" + std::string(n) + "' needs " + std::string(needs[*i]) + "; this communicator's transport has none");
-        fail("'" + std::string(n) + "' has no schedule on this communicator's transport");
-      }
-      return *i;
-    }
-    if (n == "automatic") fail("'automatic' is the default; leave the collective out instead");
-    fail("unknown algorithm '" + std::string(n) + "' (expected " + candidate_list() + ")");
-    return 0;
-  };
-  auto collective_named = [&](std::string_view n) -> collective {
-    if (const auto c = tutti::collective_named(n)) return *c;
-    fail("unknown collective '" + std::string(n) + "' (expected " + std::string(scheduled_names()) + ")");
-    return collective::barrier;
-  };
-  constexpr auto top = static_cast<std::size_t>(-1);
-  // N := digits [K|M|G]
-  auto size_named = [&](std::string_view n, std::string_view in) -> std::size_t {
-    n = trim(n);
-    std::size_t i = 0, v = 0;
-    const std::string bad = "'" + std::string(n) + "' in '" + std::string(in) +
-                            "' is not a size (expected digits with an optional K, M or G suffix, like 4096, 64K or 1M)";
-    if (n.empty() || n[0] < '0' || n[0] > '9') fail(bad);
-    for (; i < n.size() && n[i] >= '0' && n[i] <= '9'; ++i) {
-      if (v > (top - 9) / 10) fail("size '" + std::string(n) + "' in '" + std::string(in) + "' is too large");
-      v = v * 10 + static_cast<std::size_t>(n[i] - '0');
-    }
-    int shift = 0;
-    if (i < n.size()) {
-      switch (n[i]) {
-        case 'K': shift = 10; break;
-        case 'M': shift = 20; break;
-        case 'G': shift = 30; break;
-        default: fail(bad);
-      }
-      if (++i != n.size()) fail(bad);
-    }
-    if (shift && v > (top >> shift)) fail("size '" + std::string(n) + "' in '" + std::string(in) + "' is too large");
-    return v << shift;
-  };
-  // range := <=N | <N | >=N | >N | A..B
-  auto range_named = [&](std::string_view r, std::string_view in) -> size_range {
-    r = trim(r);
-    size_range out;
-    if (r.starts_with("<=")) out.hi = size_named(r.substr(2), in);
-    else if (r.starts_with(">=")) out.lo = size_named(r.substr(2), in);
-    else if (r.starts_with("<")) {
-      const auto n = size_named(r.substr(1), in);
-      if (n == 0) fail("'" + std::string(in) + "': no size is < 0");
-      out.hi = n - 1;
-    } else if (r.starts_with(">")) {
-      const auto n = size_named(r.substr(1), in);
-      if (n == top) fail("'" + std::string(in) + "': no size is above that");
-      out.lo = n + 1;
-    } else if (const auto dots = r.find(".."); dots != std::string_view::npos) {
-      out.lo = size_named(r.substr(0, dots), in);
-      out.hi = size_named(r.substr(dots + 2), in);
-      if (out.lo > out.hi) fail("'" + std::string(in) + "': the range " + std::string(r) + " is empty (A..B needs A <= B)");
-    } else {
-      fail("'" + std::string(in) + "': '" + std::string(r) + "' is not a size range (expected <=N, <N, >=N, >N or A..B)");
-    }
-    return out;
-  };
-  std::array<bool, scheduled_count> named{};
-  int current = -1;  // the collective an `alg@range` continuation belongs to
-  bool first = true;
-  text = trim(text);
-  if (text.empty()) return t;
-  while (true) {
-    const auto comma = text.find(',');
-    const std::string_view item = trim(text.substr(0, comma));
-    if (item.empty()) fail("empty item (two commas in a row, or a comma at either end)");
-    const auto at_sign = item.find('@');
-    auto eq = item.find('=');
-    if (at_sign != std::string_view::npos && eq > at_sign) eq = std::string_view::npos;  // the = of <=, >=
-    std::string_view spec = item;  // alg[@range]
-    if (eq != std::string_view::npos) {
-      const collective c = collective_named(trim(item.substr(0, eq)));
-      if (named[static_cast<std::size_t>(c)])
-        fail(std::string(collective_name(c)) + " is named twice (list its ranges in one item: " +
-             std::string(collective_name(c)) + "=a@range,b@range)");
-      named[static_cast<std::size_t>(c)] = true;
-      current = static_cast<int>(c);
-      spec = trim(item.substr(eq + 1));
-    } else if (item.find('@') == std::string_view::npos) {  // a bare name: every collective
-      if (t.bare) fail("'" + std::string(item) + "': only one bare algorithm name is allowed (the default for every collective)");
-      if (!first)
-        fail("'" + std::string(item) + "': a bare algorithm name (the default for every collective) must come first; "
-             "after collective=algorithm, give each further algorithm a range (algorithm@range)");
-      t.bare = algo_named(item);
-      first = false;
-      if (comma == std::string_view::npos) break;
-      text = text.substr(comma + 1);
-      continue;
-    } else if (current < 0) {
-      fail("'" + std::string(item) + "': a size range needs a collective (write all_reduce=" + std::string(item) + ")");
-    }
-    first = false;
-    const auto c = static_cast<collective>(current);
-    const auto ci = static_cast<std::size_t>(c);
-    const auto at = spec.find('@');
-    const std::size_t a = algo_named(trim(spec.substr(0, at)));
-    if (!runs[a][ci])
-      fail(std::string(names[a]) + " has no " + std::string(collective_name(c)) + " schedule" +
-           (needs[a].empty() ? std::string() : " here (it needs " + std::string(needs[a]) + ")"));
-    if (at == std::string_view::npos) {
-      if (!t.per_size[ci].empty() || t.per_collective[ci])
-        fail("'" + std::string(item) + "': " + std::string(collective_name(c)) +
-             " already has an algorithm; give every algorithm of a list a range (alg@range)");
-      t.per_collective[ci] = a;
-      t.explicit_collective[ci] = true;
-    } else {
-      if (t.per_collective[ci])
-        fail("'" + std::string(item) + "': " + std::string(collective_name(c)) + " already has an algorithm for every size");
-      if (info(c).size == size_basis::unknown || info(c).size == size_basis::none)
-        fail("'" + std::string(item) + "': " + std::string(collective_name(c)) +
-             " takes no size range (no size of it is known on every rank); name its algorithm without one");
-      const size_range r = range_named(spec.substr(at + 1), item);
-      for (const auto& o : t.per_size[ci])
-        if (r.lo <= o.range.hi && o.range.lo <= r.hi)
-          fail("'" + std::string(item) + "' overlaps '" + o.text + "' (" + std::string(collective_name(c)) +
-               " ranges must not overlap)");
-      t.per_size[ci].push_back({r, a, std::string(collective_name(c)) + "=" + std::string(names[a]) + "@" +
-                                          std::string(trim(spec.substr(at + 1)))});
-    }
-    if (comma == std::string_view::npos) break;
-    text = text.substr(comma + 1);
-  }
-  if (t.bare)
-    for (std::size_t c = 0; c < scheduled_count; ++c)
-      if (!t.per_collective[c] && runs[*t.bare][c]) t.per_collective[c] = t.bare;
-  return t;
-}
 
 /// The default: every algorithm tutti ships.
 using automatic = automatic_of<ring, tree, recursive_doubling, direct, shared_memory, native>;

@@ -1,0 +1,3 @@
+// The umbrella header alone.
+#include <tutti/tutti.hpp>
+int main() {}
