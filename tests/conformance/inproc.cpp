@@ -20,7 +20,7 @@ void at_sizes(std::initializer_list<int> sizes, Part part) {
     CAPTURE(n);
     testing::report rep;
     auto run = testing::make_thread_runner<inproc>(n, [](int ranks, auto&& body) { inproc::run(ranks, body); });
-    part(run, rep);
+    part(n, run, rep);
     tutti::test::verdict(rep);
   }
 }
@@ -30,16 +30,22 @@ using algorithms = testing::every_algorithm;
 TEST_SUITE_BEGIN("multirank");
 
 TEST_CASE("conformance over inproc: every collective and v-collective at world sizes 1..9") {
-  at_sizes({1, 2, 3, 4, 5, 6, 7, 8, 9},
-           [](auto& run, auto& rep) { testing::check_results<algorithms>(run, rep, suite_options()); });
+  at_sizes({1, 2, 3, 4, 5, 6, 7, 8, 9}, [](int n, auto& run, auto& rep) {
+    auto o = suite_options();
+    // The instrumented builds run the 16 MiB v-collectives at an even and an odd size, not all
+    // nine: the schedules' paths are the same at every size, and under ThreadSanitizer each size
+    // costs about 25 s.
+    if (tutti::test::fewer_types) o.large = n == 4 || n == 5;
+    testing::check_results<algorithms>(run, rep, o);
+  });
 }
 
 TEST_CASE("conformance over inproc: every way ranks can disagree at 2, 3 and 5 ranks") {
-  at_sizes({2, 3, 5}, [](auto& run, auto& rep) { testing::check_all_mismatches<algorithms>(run, rep); });
+  at_sizes({2, 3, 5}, [](int, auto& run, auto& rep) { testing::check_all_mismatches<algorithms>(run, rep); });
 }
 
 TEST_CASE("conformance over inproc: a silent peer, a lost peer and abort at 2, 3 and 5 ranks") {
-  at_sizes({2, 3, 5}, [](auto& run, auto& rep) { testing::check_failures(run, rep, suite_options()); });
+  at_sizes({2, 3, 5}, [](int, auto& run, auto& rep) { testing::check_failures(run, rep, suite_options()); });
 }
 
 TEST_SUITE_END();
