@@ -925,6 +925,13 @@ class mpi {
     }
   }
 
+  /// How long a failed call goes on driving what it posted: `settle_within`, or `abort_settle`
+  /// once the communicator is aborted (so that abort() still returns within about 20 ms).
+  static std::chrono::milliseconds settle_bound(const wait_context& w) {
+    using namespace detail::mpi_impl;
+    return w.aborted && w.aborted->load(std::memory_order_acquire) ? abort_settle : settle_within;
+  }
+
   /// What a failed exchange does before its error leaves it, so that MPI touches none of its
   /// buffers afterwards (the caller frees them; an ASan run caught Open MPI's shared-memory
   /// transport still copying a freed send buffer from a later call's progress):
@@ -940,9 +947,8 @@ class mpi {
   ///   has sent its failure notice is given up: that rank settled before it sent it, so it will
   ///   never take (or progress) the message (unless it gave up on a transfer with this rank
   ///   itself, which its own error then says);
-  /// - what is still pending after `settle_within` (`abort_settle` once the communicator is
-  ///   aborted, so that abort() still returns within about 20 ms) is
-  ///   kept, never freed, and counted: the return value, for the error message.
+  /// - what is still pending after `settle_bound` is kept, never freed, and counted: the
+  ///   return value, for the error message.
   std::size_t settle(detail::mpi_impl::request_set& rs, const wait_context& w, std::pair<int, int> tag_pair,
                      const detail::mpi_impl::wire_header& in, int refused_from, std::uint64_t refused_bytes) {
     using namespace detail::mpi_impl;
@@ -957,8 +963,7 @@ class mpi {
     if (refused_from >= 0) drain(refused_from, refused_bytes);
     if (rs.size() > 0 && rs.at(0).r == role::header && rs[0] != MPI_REQUEST_NULL) MPI_Cancel(&rs[0]);
     const auto start = clock::now();
-    const std::chrono::milliseconds bound =
-        w.aborted && w.aborted->load(std::memory_order_acquire) ? abort_settle : settle_within;
+    const std::chrono::milliseconds bound = settle_bound(w);
     int cancelled_from = -1;  // the peer whose header this rank no longer waits for
     for (unsigned round = 0;; ++round) {
       bool left = false;
@@ -1112,7 +1117,7 @@ class mpi {
   }
 
   /// Waits for a non-blocking collective. MPI cannot cancel one, so on failure it drives it for
-  /// up to `settle_within` more (it completes if the others are in it still: this rank alone was
+  /// up to `settle_bound` more (it completes if the others are in it still: this rank alone was
   /// aborted or out of time, say); one still pending then is kept, never freed, and the error
   /// says that MPI may still read or write the call's buffers.
   void complete(MPI_Request& req, const fingerprint& fp, std::size_t bytes, const wait_context& w, const char* call) {
@@ -1125,10 +1130,7 @@ class mpi {
         return done != 0;
       });
     } catch (...) {
-      const auto until = std::chrono::steady_clock::now() +
-                         (w.aborted && w.aborted->load(std::memory_order_acquire)
-                              ? toolkit::abort_poll
-                              : std::chrono::milliseconds(settle_within));
+      const auto until = std::chrono::steady_clock::now() + settle_bound(w);
       for (int done = 0; req != MPI_REQUEST_NULL && !finalized();) {
         if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || done) req = MPI_REQUEST_NULL;
         else if (std::chrono::steady_clock::now() > until) break;
@@ -1173,12 +1175,13 @@ class mpi {
           if (left.count() > 0) std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(step, left));
         },
         [&](auto) -> std::chrono::steady_clock::time_point {
-          const std::string what = peer >= 0    ? std::string(doing) + " rank " + std::to_string(peer)
-                                   : peer == -1 ? std::string("in ") + doing + " for the other ranks"
-                                                : std::string(doing) + " the other ranks";
-          toolkit::time_out(toolkit::where(h, w.algorithm) + ": rank " + std::to_string(rank_) + " timed out after " +
-                            toolkit::seconds_text(w.timeout) + " waiting " + what + " (" + std::to_string(h.bytes) +
-                            " bytes, " + detail::fingerprint_summary(h.fp) + ")");
+          const std::string me = "rank " + std::to_string(rank_);
+          if (peer >= 0)
+            toolkit::time_out(toolkit::timeout_text(h, w.algorithm, me, w.timeout, doing, "rank " + std::to_string(peer)));
+          if (peer == -1)
+            toolkit::time_out(toolkit::timeout_text(h, w.algorithm, me, w.timeout, std::string("in ") + doing,
+                                                    "for the other ranks"));
+          toolkit::time_out(toolkit::timeout_text(h, w.algorithm, me, w.timeout, doing, "the other ranks"));
         });
   }
 
