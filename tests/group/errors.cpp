@@ -14,7 +14,6 @@
 #include <utility>
 #include <vector>
 
-#include "../support/collective_checks.hpp"
 #include "../support/outcomes.hpp"
 #include "../support/ranks.hpp"
 #include <tutti/testing/mismatch.hpp>
@@ -30,6 +29,8 @@ using tutti::test::kind_name;
 using tutti::test::ranks_named;
 using tutti::test::rethrow_if;
 using tutti::testing::call;
+using tutti::testing::order_text;
+using tutti::testing::precision;
 
 namespace {
 
@@ -83,19 +84,6 @@ std::vector<outcome> run_recorded(int n, Call& call, std::exception_ptr& first, 
   return out;
 }
 
-/// How precisely the messages must name the disagreement.
-enum class precision {
-  /// Every mismatch_error raised by the call names both values (the needles). Holds when the
-  /// disagreeing ranks follow the same communication pattern (count, dtype, op), so the first
-  /// message between them shows the difference.
-  both_values,
-  /// A rank whose schedule did not need the odd rank may finish the call and be caught in its
-  /// next one (a different root, collective or algorithm changes who talks to whom); the message
-  /// then names the collectives the two ranks are in ("different collectives, or a different
-  /// order of calls") rather than both values of the call.
-  values_or_order,
-};
-
 /// A run where `odd` disagrees with the others: the run throws mismatch_error; every rank raises
 /// mismatch_error or peer_lost; the call itself raises at least one mismatch_error; every
 /// mismatch_error the call raises names `odd` and another rank, and both values (see precision).
@@ -124,7 +112,7 @@ void expect_mismatch(int n, Call call, int odd, const std::vector<std::string>& 
     const auto named = ranks_named(o.what);
     CHECK_MESSAGE(named.count(odd) == 1, "rank " << r << "'s mismatch message does not name rank " << odd << ": " << o.what);
     CHECK_MESSAGE(named.size() >= 2, "rank " << r << "'s mismatch message does not name two ranks: " << o.what);
-    if (how == precision::values_or_order && contains(o.what, "different collectives, or a different order of calls"))
+    if (how == precision::values_or_order && contains(o.what, order_text))
       continue;
     for (const auto& needle : needles)
       CHECK_MESSAGE(contains(o.what, needle), "rank " << r << "'s mismatch message lacks '" << needle << "': " << o.what);

@@ -8,13 +8,10 @@
 #include <cctype>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <exception>
-#include <future>
 #include <iostream>
 #include <set>
 #include <string>
-#include <thread>
 #include <tutti/testing/outcomes.hpp>
 #include <tutti/tutti.hpp>
 
@@ -38,27 +35,17 @@ inline void rethrow_if(const std::exception_ptr& e) {
 template <class Algorithm = algo::automatic, class Body>
 std::exception_ptr run_watched(int n, Body& body, const std::string& what,
                                std::chrono::seconds limit = std::chrono::seconds(60)) {
-  std::exception_ptr err;
-  std::promise<void> done;
-  auto finished = done.get_future();
-  std::thread t([&] {
-    try {
-      run_ranks<Algorithm>(n, body);
-    } catch (...) {
-      err = std::current_exception();
-    }
-    done.set_value();
-  });
-  if (finished.wait_for(limit) != std::future_status::ready) {
-    FAIL_CHECK("HANG: " << what << " -- the run on " << n << " ranks was still blocked after "
-                        << limit.count() << " s; ending the test process");
-    std::cout.flush();
-    std::cerr.flush();
-    std::fflush(nullptr);
-    std::_Exit(3);
+  try {
+    testing::watched(limit, [&] { run_ranks<Algorithm>(n, body); }, [&] {
+      FAIL_CHECK("HANG: " << what << " -- the run on " << n << " ranks was still blocked after " << limit.count()
+                          << " s; ending the test process");
+      std::cout.flush();
+      std::cerr.flush();
+    });
+  } catch (...) {
+    return std::current_exception();
   }
-  t.join();
-  return err;
+  return nullptr;
 }
 
 }  // namespace tutti::test

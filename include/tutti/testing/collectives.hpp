@@ -189,6 +189,22 @@ void check_collectives(Comm& comm, report& rep, std::size_t count, const Op& op,
   if constexpr (has<A, collective::barrier, Tr>) comm.barrier(a);
 }
 
+/// all_to_all_v with this rank's `send` and `recv` counts: element k of the block from rank i to
+/// rank j is value(i * n + j, k), checked at every rank.
+template <class T, class A, class Comm>
+void expect_all_to_all_v(Comm& comm, report& rep, const std::vector<std::size_t>& send,
+                         const std::vector<std::size_t>& recv, const A& a, const std::string& tag) {
+  const int me = comm.rank(), n = comm.size();
+  std::vector<T> in, want;
+  for (int j = 0; j < n; ++j)
+    for (std::size_t k = 0; k < send[static_cast<std::size_t>(j)]; ++k) in.push_back(value<T>(me * n + j, k));
+  for (int i = 0; i < n; ++i)
+    for (std::size_t k = 0; k < recv[static_cast<std::size_t>(i)]; ++k) want.push_back(value<T>(i * n + me, k));
+  std::vector<T> out(want.size());
+  comm.all_to_all_v(view(in), send, view(out), recv, a);
+  expect_equal(rep, me, out, want, "all_to_all_v(" + tag + ")");
+}
+
 /// The counts patterns of the v-collectives on n ranks, `scale` elements a rank on average: zeros
 /// among them, one rank holding everything, every count zero.
 inline std::vector<std::vector<std::size_t>> counts_patterns(int n, std::size_t scale) {
@@ -279,14 +295,7 @@ void check_v_collectives(Comm& comm, report& rep, std::size_t scale, const Op& o
       std::vector<std::size_t> send(N), recv(N);
       for (int j = 0; j < n; ++j) send[static_cast<std::size_t>(j)] = a2a_count(pattern, me, j, n, scale);
       for (int i = 0; i < n; ++i) recv[static_cast<std::size_t>(i)] = a2a_count(pattern, i, me, n, scale);
-      std::vector<T> in, want;
-      for (int j = 0; j < n; ++j)
-        for (std::size_t k = 0; k < send[static_cast<std::size_t>(j)]; ++k) in.push_back(value<T>(me * n + j, k));
-      for (int i = 0; i < n; ++i)
-        for (std::size_t k = 0; k < recv[static_cast<std::size_t>(i)]; ++k) want.push_back(value<T>(i * n + me, k));
-      std::vector<T> out(want.size());
-      comm.all_to_all_v(view(in), send, view(out), recv, a);
-      expect_equal(rep, me, out, want, "all_to_all_v(" + tag + ")");
+      expect_all_to_all_v<T>(comm, rep, send, recv, a, tag);
     }
     ++pattern;
   }
@@ -354,14 +363,7 @@ void check_large_v(Comm& comm, report& rep, const A& a = {}) {
     std::vector<std::size_t> send(N), recv(N);
     for (std::size_t j = 0; j < N; ++j) send[j] = counts[j] / N;
     for (std::size_t i = 0; i < N; ++i) recv[i] = counts[static_cast<std::size_t>(me)] / N;
-    std::vector<float> in, want;
-    for (int j = 0; j < n; ++j)
-      for (std::size_t k = 0; k < send[static_cast<std::size_t>(j)]; ++k) in.push_back(value<float>(me * n + j, k));
-    for (int i = 0; i < n; ++i)
-      for (std::size_t k = 0; k < recv[static_cast<std::size_t>(i)]; ++k) want.push_back(value<float>(i * n + me, k));
-    std::vector<float> out(want.size());
-    comm.all_to_all_v(view(in), send, view(out), recv, a);
-    expect_equal(rep, me, out, want, "all_to_all_v(" + tag + ")");
+    expect_all_to_all_v<float>(comm, rep, send, recv, a, tag);
   }
   if constexpr (has<A, collective::gather_v, Tr> && has<A, collective::scatter_v, Tr>) {
     std::vector<float> in(counts[static_cast<std::size_t>(me)]), out(me == 0 ? total : 0), want;

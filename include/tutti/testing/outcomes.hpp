@@ -149,10 +149,10 @@ outcome attempt(Comm& comm, Call& call, bool barriers = true) {
   return o;
 }
 
-/// A case that has not ended within `limit` is a hang: the suite says so on stderr and ends the
-/// process (blocked threads cannot be joined): a transport that hangs fails the suite loudly.
-template <class F>
-void within(std::chrono::seconds limit, const std::string& what, F&& f) {
+/// Runs `f` on a helper thread and rethrows what it threw. If it has not ended within `limit`
+/// it is a hang: `on_hang()` says so, and the process ends (blocked threads cannot be joined).
+template <class F, class OnHang>
+void watched(std::chrono::seconds limit, F&& f, OnHang&& on_hang) {
   std::exception_ptr err;
   std::promise<void> done;
   auto finished = done.get_future();
@@ -165,13 +165,22 @@ void within(std::chrono::seconds limit, const std::string& what, F&& f) {
     done.set_value();
   });
   if (finished.wait_for(limit) != std::future_status::ready) {
-    std::fprintf(stderr, "tutti::testing: HANG: %s was still blocked after %lld s; ending the process\n", what.c_str(),
-                 static_cast<long long>(limit.count()));
+    on_hang();
     std::fflush(nullptr);
     std::_Exit(3);
   }
   t.join();
   if (err) std::rethrow_exception(err);
+}
+
+/// A case that has not ended within `limit` is a hang: the suite says so on stderr and ends the
+/// process: a transport that hangs fails the suite loudly.
+template <class F>
+void within(std::chrono::seconds limit, const std::string& what, F&& f) {
+  watched(limit, std::forward<F>(f), [&] {
+    std::fprintf(stderr, "tutti::testing: HANG: %s was still blocked after %lld s; ending the process\n", what.c_str(),
+                 static_cast<long long>(limit.count()));
+  });
 }
 
 /// Runs each case as `n` threads: `launch(n, body)` runs `body(comm)` on n threads, each with a
