@@ -99,12 +99,6 @@ struct algo_overrides {
   std::array<bool, scheduled_count> explicit_collective{};
   /// The bare name, if any.
   std::optional<std::size_t> bare;
-
-  bool empty() const noexcept {
-    for (std::size_t c = 0; c < scheduled_count; ++c)
-      if (per_collective[c] || !per_size[c].empty()) return false;
-    return true;
-  }
 };
 
 /// Parses a `TUTTI_ALGO` value (the grammar in the file comment) against candidates `names`
@@ -376,9 +370,7 @@ struct automatic_of {
   struct override_table : detail::algo_overrides {
     template <class Transport = tutti::detail::probe_transport>
     static override_table parse(std::string_view text) {
-      override_table t;
-      static_cast<detail::algo_overrides&>(t) = detail::parse_algo_overrides(text, names, needs, support<Transport>);
-      return t;
+      return {detail::parse_algo_overrides(text, names, needs, support<Transport>)};
     }
   };
 

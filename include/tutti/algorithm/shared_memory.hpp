@@ -517,7 +517,7 @@ struct shared_memory {
       mine[0] = own;
     ph.post(g);
     std::vector<std::size_t> counts(static_cast<std::size_t>(p));
-    const std::string at = std::string(collective_name(ch.fp().coll)) + "(shared_memory): ";
+    auto at = [&] { return std::string(collective_name(ch.fp().coll)) + "(shared_memory): "; };  // for errors only
     if (me == root) {
       ph.wait_all(g);
       for (int r = 0; r < p; ++r) {
@@ -525,7 +525,7 @@ struct shared_memory {
         if (r == root) continue;
         const std::uint64_t theirs = reinterpret_cast<const std::uint64_t*>(ph.slot(r, g))[0];
         if (theirs != b.count(r))
-          throw mismatch_error(at + "the root, rank " + std::to_string(root) + ", has counts[" + std::to_string(r) +
+          throw mismatch_error(at() + "the root, rank " + std::to_string(root) + ", has counts[" + std::to_string(r) +
                                "] = " + std::to_string(b.count(r)) + ", but rank " + std::to_string(r) + "'s " + what +
                                " has " + std::to_string(theirs) + " elements");
       }
@@ -535,7 +535,7 @@ struct shared_memory {
     const auto* table = reinterpret_cast<const std::uint64_t*>(ph.slot(root, g));
     for (int r = 0; r < p; ++r) counts[static_cast<std::size_t>(r)] = table[r];
     if (table[me] != own)
-      throw mismatch_error(at + "rank " + std::to_string(me) + "'s " + what + " has " + std::to_string(own) +
+      throw mismatch_error(at() + "rank " + std::to_string(me) + "'s " + what + " has " + std::to_string(own) +
                            " elements, but the root, rank " + std::to_string(root) + ", has counts[" +
                            std::to_string(me) + "] = " + std::to_string(table[me]));
     return counts;

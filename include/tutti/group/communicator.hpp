@@ -377,9 +377,8 @@ class communicator {
     auto fp = next_fp(C, dtype_of<T>(), b.total, -1, 0);
     fp.shape = counts_digest(counts);
     if (in.size() != b.count(rank()))
-      local_mismatch(fp, what(C) + ": in has " + std::to_string(in.size()) + " elements, but counts[" +
-                             std::to_string(rank()) + "] = " + std::to_string(b.count(rank())) + ", the count " +
-                             other_ranks() + " expect from rank " + std::to_string(rank()));
+      own_count_mismatch(fp, "in", in.size(), b.count(rank()),
+                         ", the count " + other_ranks() + " expect from rank " + std::to_string(rank()));
     if (size() == 1) return copy(in, out);
     run<C>(a, fp, b.largest * sizeof(T), [&](const auto& alg, auto& ch) { alg.all_gather_v(ch, in, out, b); });
   }
@@ -405,10 +404,7 @@ class communicator {
     }
     auto fp = next_fp(C, dtype_of<T>(), 0, root, 0);
     if (b.size() && in.size() != b.count(rank()))
-      local_mismatch(fp, what(C) + ": in has " + std::to_string(in.size()) + " elements, but counts[" +
-                             std::to_string(rank()) + "] = " + std::to_string(b.count(rank())) +
-                             (at_root ? "" : " (the counts passed here; the root, rank " + std::to_string(root) +
-                                                 ", expects its own)"));
+      own_count_mismatch(fp, "in", in.size(), b.count(rank()), at_root ? "" : not_root_counts(root, "expects"));
     if (size() == 1) return copy(in, out.subview(0, in.size()));
     run<C>(a, fp, 0, [&](const auto& alg, auto& ch) { alg.gather_v(ch, in, out, b, root); });
   }
@@ -434,10 +430,7 @@ class communicator {
     }
     auto fp = next_fp(C, dtype_of<T>(), 0, root, 0);
     if (b.size() && out.size() != b.count(rank()))
-      local_mismatch(fp, what(C) + ": out has " + std::to_string(out.size()) + " elements, but counts[" +
-                             std::to_string(rank()) + "] = " + std::to_string(b.count(rank())) +
-                             (at_root ? "" : " (the counts passed here; the root, rank " + std::to_string(root) +
-                                                 ", sends its own)"));
+      own_count_mismatch(fp, "out", out.size(), b.count(rank()), at_root ? "" : not_root_counts(root, "sends"));
     if (size() == 1) return copy(in.subview(0, out.size()), out);
     run<C>(a, fp, 0, [&](const auto& alg, auto& ch) { alg.scatter_v(ch, in, b, out, root); });
   }
@@ -490,9 +483,8 @@ class communicator {
     auto fp = next_fp(C, dtype_of<T>(), b.total, -1, op_traits<Op>::id());
     fp.shape = counts_digest(counts);
     if (out.size() != b.count(rank()))
-      local_mismatch(fp, what(C) + ": out has " + std::to_string(out.size()) + " elements, but counts[" +
-                             std::to_string(rank()) + "] = " + std::to_string(b.count(rank())) + ", the block " +
-                             other_ranks() + " reduce for rank " + std::to_string(rank()));
+      own_count_mismatch(fp, "out", out.size(), b.count(rank()),
+                         ", the block " + other_ranks() + " reduce for rank " + std::to_string(rank()));
     if (size() == 1) copy(in, out);
     else run<C>(a, fp, b.largest * sizeof(T), [&](const auto& alg, auto& ch) { alg.reduce_scatter_v(ch, in, out, b, kernel_op(op)); });
     finish(out, op);
@@ -784,6 +776,18 @@ class communicator {
     channel<Transport> ch(t_, fp, "checks", cfg_.timeout, scratch_, aborted_.get());
     recorded(ch, [&] { throw mismatch_error(text); });
     throw mismatch_error(text);  // not reached: recorded rethrows
+  }
+
+  /// "all_gather_v on rank 2: in has 5 elements, but counts[2] = 4<tail>": a view whose size
+  /// is not this rank's own count of a v-collective.
+  [[noreturn]] TUTTI_COLD void own_count_mismatch(const fingerprint& fp, const char* buf, std::size_t has,
+                                                  std::size_t count, const std::string& tail) {
+    local_mismatch(fp, what(fp.coll) + ": " + buf + " has " + std::to_string(has) + " elements, but counts[" +
+                           std::to_string(rank()) + "] = " + std::to_string(count) + tail);
+  }
+  /// gather_v's and scatter_v's tail at a rank that is not the root.
+  TUTTI_COLD static std::string not_root_counts(int root, const char* does) {
+    return " (the counts passed here; the root, rank " + std::to_string(root) + ", " + does + " its own)";
   }
 
   fingerprint next_fp(collective c, dtype d, std::size_t count, int root, std::uint32_t op) {
