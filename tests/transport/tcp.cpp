@@ -149,6 +149,37 @@ TEST_CASE("tcp: recv_with hands the payload over in 64-byte aligned pieces, in o
   for (const auto& o : out) CHECK(o == "");
 }
 
+TEST_CASE("tcp: a rank that leaves right after its last send does not cut off a slow reader") {
+  // Rank 1 leaves a note (bytes rank 0 never reads), then reads rank 0's message slowly. Rank 0
+  // returns, and closes its connections, as soon as its send is taken: with unread bytes a plain
+  // close sends a reset, which throws away what rank 1 has not yet read, and rank 1 would lose
+  // rank 0 mid-message. The transport's graceful close waits until rank 1 has it all.
+  for (int streams : {1, 2}) {
+    CAPTURE(streams);
+    setup s;
+    s.opt.streams = streams;
+    s.opt.stripe_bytes = 4096;
+    const std::size_t n = std::size_t{24} << 20;
+    const auto out = run_tcp(s, [&](tcp& t) {
+      std::vector<std::byte> data(n);
+      for (std::size_t i = 0; i < n; i += 512) data[i] = static_cast<std::byte>(i / 512 * 13);
+      if (t.rank() == 0) {
+        t.send(1, make_header(n), data.data(), wait_context{10s, "test"});
+        return;  // the transport's last copy goes here
+      }
+      t.note("rank 1 was here");
+      std::vector<std::byte> got(n);
+      auto slowly = [&](const std::byte* p, std::size_t off, std::size_t k) {
+        std::this_thread::sleep_for(2ms);
+        std::memcpy(got.data() + off, p, k);
+      };
+      t.recv_with(0, make_header(n), slowly, wait_context{10s, "test"});
+      CHECK(got == data);
+    });
+    for (const auto& o : out) CHECK(o == "");
+  }
+}
+
 TEST_CASE("tcp: a silent peer is a timeout naming it, the collective and the bytes") {
   setup s;
   const auto out = run_tcp(s, [](tcp& t) {

@@ -12,8 +12,13 @@
 
 #include <ifaddrs.h>
 #include <net/if.h>
+#include <linux/sockios.h>
 #include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 
+#include <array>
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstring>
@@ -46,9 +51,62 @@ struct link {
   int fd() { return static_cast<int>(sock.native_handle()); }
 };
 
+/// Closes `links` without losing what this rank sent last (see `connections::~connections`):
+/// shuts down the sending side of each (a FIN after the data), then, until every peer has
+/// acknowledged all of it or `linger` has passed, reads and drops whatever arrives (a peer's
+/// waiting notice for a call this rank has left, its FIN). A socket closed with unread bytes
+/// sends a reset, and a reset throws away what the kernel had not yet delivered: the peer
+/// would lose this rank mid-message.
+inline void close_gracefully(std::vector<link*> links, std::chrono::milliseconds linger) noexcept {
+  const auto deadline = std::chrono::steady_clock::now() + linger;
+  std::array<char, 4096> sink;
+  for (link* l : links) ::shutdown(l->fd(), SHUT_WR);
+  std::vector<pollfd> fds;
+  for (;;) {
+    for (std::size_t i = 0; i < links.size();) {
+      link& l = *links[i];
+      bool over = false;  // the peer has all of it, or is gone
+      for (;;) {
+        const ssize_t k = ::recv(l.fd(), sink.data(), sink.size(), MSG_DONTWAIT);
+        if (k > 0) continue;
+        if (k < 0 && errno == EINTR) continue;
+        over = k < 0 && errno != EAGAIN && errno != EWOULDBLOCK;  // reset: nothing left to deliver
+        break;
+      }
+      int unacknowledged = 0;
+      if (!over && ::ioctl(l.fd(), SIOCOUTQ, &unacknowledged) != 0) over = true;
+      if (over || unacknowledged == 0) {
+        links[i] = links.back();
+        links.pop_back();
+      } else {
+        ++i;
+      }
+    }
+    if (links.empty() || std::chrono::steady_clock::now() >= deadline) return;
+    // Acknowledgements raise no event: wake for arriving bytes, or after a millisecond.
+    fds.clear();
+    for (link* l : links) fds.push_back({l->fd(), POLLIN, 0});
+    ::poll(fds.data(), fds.size(), 1);
+  }
+}
+
 /// What every copy of one rank's transport shares: its connections and the store.
 struct connections {
+  connections() = default;
+  connections(const connections&) = delete;
+  connections& operator=(const connections&) = delete;
+  /// Closes the connections still open (`fail` closes them at once) gracefully: a rank that
+  /// returns right after its last send must not cut off a peer still reading it.
+  ~connections() {
+    std::vector<link*> open;
+    for (auto& streams : peers)
+      for (auto& l : streams)
+        if (l && l->sock.is_open()) open.push_back(l.get());
+    if (!open.empty()) close_gracefully(std::move(open), linger);
+  }
+
   asio::io_context io;
+  std::chrono::milliseconds linger{10000};  // the longest close_gracefully waits for the peers
   int world_rank = 0, world_size = 1;
   fingerprint told{};  // the call this rank last sent waiting notices for (tcp::tell_waiting)
   tcp_options opt;

@@ -162,6 +162,7 @@ TUTTI_COLD inline std::shared_ptr<connections> connect_all(const job_env& job, c
   m->world_rank = job.rank;
   m->world_size = job.world_size;
   m->opt = opt;
+  m->linger = std::min(cfg.timeout, m->linger);
   m->peers.resize(static_cast<std::size_t>(job.world_size));
   m->oversubscribed = toolkit::oversubscribed(job.local_world_size);
   if (m->oversubscribed) m->opt.spin = std::chrono::microseconds(0);  // spinning starves the peer
