@@ -12,6 +12,8 @@
 
 #include <ifaddrs.h>
 #include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <linux/sockios.h>
 #include <poll.h>
 #include <sys/ioctl.h>
@@ -73,6 +75,11 @@ inline void close_gracefully(std::vector<link*> links, std::chrono::milliseconds
         over = k < 0 && errno != EAGAIN && errno != EWOULDBLOCK;  // reset: nothing left to deliver
         break;
       }
+      // A connection already reset or closed keeps its count of unacknowledged bytes: done.
+      tcp_info info{};
+      socklen_t len = sizeof info;
+      if (!over && (::getsockopt(l.fd(), IPPROTO_TCP, TCP_INFO, &info, &len) != 0 || info.tcpi_state == TCP_CLOSE))
+        over = true;
       int unacknowledged = 0;
       if (!over && ::ioctl(l.fd(), SIOCOUTQ, &unacknowledged) != 0) over = true;
       if (over || unacknowledged == 0) {
