@@ -76,7 +76,7 @@ TEST_CASE("over tcp: large messages, larger than the socket buffers") {
   expect_equal(got, expect, "all_to_all 4 MiB per pair");
 }
 
-TEST_CASE("over tcp: sub-groups share the world's connections") {
+TEST_CASE("over tcp: sub-groups run over connections of their own") {
   auto& comm = world();
   std::vector<int> evens;
   for (int r = 0; r < comm.size(); r += 2) evens.push_back(r);
@@ -90,7 +90,7 @@ TEST_CASE("over tcp: sub-groups share the world's connections") {
   auto halves = comm.split(comm.rank() < comm.size() / 2 ? 0 : 1, -comm.rank());
   REQUIRE(halves.has_value());
   check_collectives<algo::automatic, double>(*halves, 7, op::sum{});
-  // A world collective after the groups' ones: the streams are still in step.
+  // A world collective after the groups' ones: the world's streams are untouched by them.
   check_collectives<algo::recursive_doubling, float>(comm, 9, op::sum{});
   comm.barrier();
 }

@@ -25,6 +25,7 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -86,7 +87,9 @@ struct world {
   const int size;
   std::mutex mu;
   std::vector<mailbox> boxes;
-  std::vector<std::optional<blocked>> waiting;  // what a rank is blocked in
+  /// What a rank is blocked in, per communicator context: the world and its groups may each be
+  /// driven by a thread of their own.
+  std::vector<std::map<std::uint64_t, blocked>> waiting;
   std::vector<rank_state> state;
   std::vector<std::string> failure;
   std::vector<std::string> note;  // a rank's last words (a usage error), while it is running
@@ -336,15 +339,17 @@ class inproc {
   template <class Ready>
   void wait(std::unique_lock<std::mutex>& lk, int peer, const header& h, const wait_context& w, const char* doing,
             const envelope* sending, Ready ready) {
-    auto& self = world_->waiting[static_cast<std::size_t>(group_.world_rank())];
+    auto& mine = world_->waiting[static_cast<std::size_t>(group_.world_rank())];
+    auto& self = mine[group_.context()];
     self = detail::inproc_impl::blocked{h.fp, world_rank(peer), sending};
-    self->fp.context = group_.context();
+    self.fp.context = group_.context();
     // The peer may be waiting for us: let it see what we are blocked in.
     world_->boxes[static_cast<std::size_t>(world_rank(peer))].cv.notify_all();
     struct clear_on_exit {
-      std::optional<detail::inproc_impl::blocked>& b;
-      ~clear_on_exit() { b.reset(); }
-    } guard{self};
+      std::map<std::uint64_t, detail::inproc_impl::blocked>& m;
+      std::uint64_t context;
+      ~clear_on_exit() { m.erase(context); }
+    } guard{mine, group_.context()};
     const toolkit::wait_subject subject{h, rank(), doing, peer};
     bool last_look = false;
     // `ready()` may take what it finds (a receive dequeues the envelope): call it once per look.
@@ -383,7 +388,7 @@ class inproc {
                       group_.name(rank()) + " still waited for it (did it skip this call?)" + last_words_of(static_cast<int>(wr)));
     // Sends are rendezvous, so a peer that must exchange a message with us in this call cannot
     // be blocked in a later one: if it is, the ranks disagree.
-    const auto& theirs = world_->waiting[wr];
+    const auto* theirs = blocked_in(static_cast<int>(wr));
     fingerprint mine = h.fp;
     mine.context = group_.context();
     if (theirs && toolkit::left_behind(mine, theirs->fp))
@@ -413,8 +418,8 @@ class inproc {
   /// see of the others consistent.
   void check_cycle(const header& h, const wait_context& w) const {
     const int me = group_.world_rank();
-    const auto& mine = world_->waiting[static_cast<std::size_t>(me)];
-    auto stuck = [](const std::optional<detail::inproc_impl::blocked>& b) {
+    const auto* mine = blocked_in(me);
+    auto stuck = [](const detail::inproc_impl::blocked* b) {
       return b && b->sending && b->sending->st == state::posted;  // nobody has taken its envelope
     };
     if (!stuck(mine)) return;
@@ -422,7 +427,7 @@ class inproc {
     std::vector<bool> seen(static_cast<std::size_t>(world_->size));
     for (int r = mine->peer; r >= 0 && !seen[static_cast<std::size_t>(r)];) {
       seen[static_cast<std::size_t>(r)] = true;
-      const auto& b = world_->waiting[static_cast<std::size_t>(r)];
+      const auto* b = blocked_in(r);
       if (!stuck(b)) return;  // it receives, runs, or its receiver has its message: the chain may move
       chain += ", " + group_.world_name(r) + " waits to send to " + group_.world_name(b->peer);
       if (b->peer == me)
@@ -431,6 +436,13 @@ class inproc {
                              group_.world_name(mine->peer) + chain + " (every one sends before it receives)");
       r = b->peer;
     }
+  }
+
+  /// What world rank `wr` is blocked in on this communicator (its context), or null.
+  const detail::inproc_impl::blocked* blocked_in(int wr) const {
+    const auto& m = world_->waiting[static_cast<std::size_t>(wr)];
+    const auto it = m.find(group_.context());
+    return it == m.end() ? nullptr : &it->second;
   }
 
   std::shared_ptr<world> world_;

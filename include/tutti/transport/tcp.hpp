@@ -35,10 +35,14 @@
 ///   `sendrecv` is full duplex, with no helper thread), spins briefly (`TUTTI_TCP_SPIN_US`),
 ///   then waits in `poll()` no longer than the deadline: `timeout_error` names the peer, the
 ///   collective, the algorithm and the bytes.
-/// - Sub-groups share the world's connections: collectives are blocking and every rank calls
-///   them in the same order, so messages between two ranks arrive in the order they are read;
-///   the fingerprint (with the group's context) catches any disagreement. For the same reason
-///   the communicators of one rank must not be used from several threads at once.
+/// - A sub-group (`split`, `new_group`) gets connections of its own: its members connect to each
+///   other again (a group hello carrying the group's context, accepted on the listening socket
+///   every rank keeps open for the job's life), so a group and its world, each driven by its own
+///   thread (or progress engine), never share a stream. Within one communicator every rank
+///   calls in the same order and the fingerprint catches any disagreement.
+/// - A rank that returns right after its last send closes gracefully: it shuts down its sending
+///   side and waits (at most min(TUTTI_TIMEOUT, 10 s)) until each peer has acknowledged all of
+///   it, so a peer still reading is not cut off by a reset.
 /// - A peer that closes its connection (exit, crash, `fail()`) raises `peer_lost` naming it;
 ///   `fail()` first sends the reason (up to `toolkit::max_notice_text`, cut where a reader can
 ///   tell), when the stream is between messages; a usage error's text goes ahead as a note (the

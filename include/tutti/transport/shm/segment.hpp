@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -42,7 +43,8 @@ struct segment {
   bool single_copy = false;                   // peers' inputs may be read with process_vm_readv
   std::string single_copy_note;               // why (not), for TUTTI_DEBUG=info
   std::vector<std::byte> staging[3];          // where single-copy reads land
-  std::string job_id;                         // this job's rendezvous name (shrink derives new ones)
+  std::string job_id;                         // this job's rendezvous name (shrink and groups derive new ones)
+  std::chrono::milliseconds timeout{0};       // start-up's deadline (a group's segment waits as long)
 
   std::byte* arena_base = nullptr;  // the arenas' mapping (not pre-faulted)
   std::mutex arena_mu;

@@ -136,6 +136,7 @@ inline std::shared_ptr<segment> map_segment(int rank, int world_size, const std:
   seg->base = static_cast<std::byte*>(p);
   seg->world_rank = rank;
   seg->job_id = job_id;
+  seg->timeout = timeout;
   seg->pids = rv.pids;
   for (int pid : seg->pids) {
     const long fd = pid > 0 && pid != ::getpid() ? ::syscall(SYS_pidfd_open, pid, 0) : -1;

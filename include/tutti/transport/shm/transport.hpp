@@ -10,6 +10,7 @@
 #include <sys/uio.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <bit>
 #include <chrono>
 #include <cstddef>
@@ -76,9 +77,22 @@ class shm {
   bool single_copy() const noexcept { return seg_->single_copy && group_.context() == 0; }
   const std::string& single_copy_note() const noexcept { return seg_->single_copy_note; }
 
+  /// The transport of a sub-group: a segment of its own, made by the members together (a
+  /// rendezvous named after this job and the group's context), so that the group and its world
+  /// can be driven from different threads at once. Its rings are the world's size; it has no
+  /// windows or arena (collectives of a group run over the rings).
   shm sub(std::span<const int> members, std::uint64_t context) const {
-    shm t = *this;
-    t.group_ = group_.sub(members, context);
+    const toolkit::group_map g = group_.sub(members, context);
+    shm_options o = seg_->lay.opt;
+    o.window_bytes = 8192;
+    o.arena_bytes = 0;
+    o.single_copy = shm_options::mode::never;
+    char id[24];
+    std::snprintf(id, sizeof id, ".g%016llx", static_cast<unsigned long long>(context));
+    shm t;
+    t.seg_ = detail::shm_impl::map_segment(g.rank(), g.size(), seg_->job_id + id, o, seg_->timeout);
+    t.group_ = g.own_links();
+    detail::shm_impl::publish_waiting(*t.seg_, t.group_, nullptr);
     return t;
   }
 

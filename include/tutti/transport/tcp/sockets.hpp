@@ -26,6 +26,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -114,6 +115,9 @@ struct connections {
 
   asio::io_context io;
   std::chrono::milliseconds linger{10000};  // the longest close_gracefully waits for the peers
+  std::chrono::milliseconds timeout{300000};  // start-up's deadline; a group's connections wait as long
+  /// A group's connections: the world's, whose acceptor and addresses make them (null for the world).
+  std::shared_ptr<connections> world;
   int world_rank = 0, world_size = 1;
   fingerprint told{};  // the call this rank last sent waiting notices for (tcp::tell_waiting)
   tcp_options opt;
@@ -121,6 +125,20 @@ struct connections {
   std::vector<std::vector<std::unique_ptr<link>>> peers;  // [world rank][stream]
   std::unique_ptr<store_server> server;                   // rank 0: the store lives as long as this
   std::string failure;                                    // set by fail(): the transport is unusable
+
+  // The world's, for the groups' own connections (tcp::sub): every rank keeps listening, knows
+  // every rank's address, and keeps the connections of groups still being made by other threads.
+  struct arrival {
+    std::uint64_t context;
+    int from, stream;
+    std::unique_ptr<link> l;
+  };
+  std::mutex joining;  // guards the acceptor and `arrived`
+  std::unique_ptr<asio::ip::tcp::acceptor> acceptor;
+  std::vector<asio::ip::tcp::endpoint> addresses;  // [world rank]
+  std::vector<arrival> arrived;
+  std::string job_id, token;
+  int refusals_logged = 0;
 };
 
 inline std::string sockaddr_text(const asio::ip::tcp::endpoint& e) {

@@ -163,6 +163,9 @@ TUTTI_COLD inline std::shared_ptr<connections> connect_all(const job_env& job, c
   m->world_size = job.world_size;
   m->opt = opt;
   m->linger = std::min(cfg.timeout, m->linger);
+  m->timeout = cfg.timeout;
+  m->job_id = job.job_id;
+  m->token = token;
   m->peers.resize(static_cast<std::size_t>(job.world_size));
   m->oversubscribed = toolkit::oversubscribed(job.local_world_size);
   if (m->oversubscribed) m->opt.spin = std::chrono::microseconds(0);  // spinning starves the peer
@@ -212,17 +215,22 @@ TUTTI_COLD inline std::shared_ptr<connections> connect_all(const job_env& job, c
 
   const int S = opt.streams, R = job.rank, P = job.world_size;
   auto left = [&] { return std::max(net::left(deadline), std::chrono::milliseconds(1)); };
-  // 1. Connect to every higher rank; the hello goes out at once, the answer is read in step 3.
-  for (int j = R + 1; j < P; ++j) {
+  auto address_of = [&](int j) {
     const std::string where = kv.get("tutti/addr/" + std::to_string(j), left());
     const auto space = where.find(' ');
-    asio::ip::tcp::endpoint ep;
     try {
-      ep = asio::ip::tcp::endpoint(asio::ip::make_address(where.substr(0, space)),
-                                   static_cast<unsigned short>(std::stoi(where.substr(space + 1))));
+      return asio::ip::tcp::endpoint(asio::ip::make_address(where.substr(0, space)),
+                                     static_cast<unsigned short>(std::stoi(where.substr(space + 1))));
     } catch (const std::exception&) {
       throw config_error("tcp start-up: rank " + std::to_string(j) + " published a malformed address '" + where + "'");
     }
+  };
+  m->addresses.resize(static_cast<std::size_t>(P));
+  m->addresses[static_cast<std::size_t>(R)] = me;
+  // 1. Connect to every higher rank; the hello goes out at once, the answer is read in step 3.
+  for (int j = R + 1; j < P; ++j) {
+    const auto ep = address_of(j);
+    m->addresses[static_cast<std::size_t>(j)] = ep;
     for (int s = 0; s < S; ++s) {
       auto l = std::make_unique<link>(m->io);
       connect(*l, ep, m->opt, deadline, R, j);
@@ -232,9 +240,10 @@ TUTTI_COLD inline std::shared_ptr<connections> connect_all(const job_env& job, c
       m->peers[static_cast<std::size_t>(j)].push_back(std::move(l));
     }
   }
-  // 2. Accept every lower rank's connections.
+  // 2. Accept every lower rank's connections. The acceptor stays open for the groups' own.
   accept_all(*m, acceptor, job, token, deadline);
-  acceptor.close();
+  m->acceptor = std::make_unique<asio::ip::tcp::acceptor>(std::move(acceptor));
+  for (int j = 0; j < R; ++j) m->addresses[static_cast<std::size_t>(j)] = address_of(j);
   // 3. Every higher rank's answer.
   for (int j = R + 1; j < P; ++j)
     for (auto& l : m->peers[static_cast<std::size_t>(j)]) {
@@ -254,6 +263,118 @@ TUTTI_COLD inline std::shared_ptr<connections> connect_all(const job_env& job, c
         throw config_error("tcp start-up: rank " + std::to_string(j) + " refused rank " + std::to_string(R) + ": " + msg);
     }
   return m;
+}
+
+/// The connections of a group of the world `w` (its members, world ranks in group order, this
+/// rank among them): every member connects to the members after it in the group, with a group
+/// hello, and accepts the ones before it on the world's acceptor. Connections of other groups
+/// being made at the same time by other threads are kept for them.
+TUTTI_COLD inline std::shared_ptr<connections> connect_group(const std::shared_ptr<connections>& w,
+                                                             const std::vector<int>& members, std::uint64_t context) {
+  using clock = std::chrono::steady_clock;
+  auto g = std::make_shared<connections>();
+  g->world = w;
+  g->world_rank = w->world_rank;
+  g->world_size = w->world_size;
+  g->opt = w->opt;
+  g->oversubscribed = w->oversubscribed;
+  g->linger = w->linger;
+  g->timeout = w->timeout;
+  g->peers.resize(static_cast<std::size_t>(w->world_size));
+  const int R = w->world_rank, S = w->opt.streams;
+  const auto deadline = clock::now() + w->timeout;
+  std::size_t mine = 0;
+  while (members[mine] != R) ++mine;
+  // 1. Connect to the members after this rank; nothing is answered.
+  for (std::size_t k = mine + 1; k < members.size(); ++k) {
+    const int j = members[k];
+    for (int s = 0; s < S; ++s) {
+      auto l = std::make_unique<link>(w->io);
+      connect(*l, w->addresses[static_cast<std::size_t>(j)], g->opt, deadline, R, j);
+      std::string hello = group_hello_text(R, s, context, w->job_id, w->token);
+      io_by(*l, hello.data(), hello.size(), true, deadline,
+            "sending a group hello to rank " + std::to_string(j) + " at " + sockaddr_text(w->addresses[static_cast<std::size_t>(j)]));
+      g->peers[static_cast<std::size_t>(j)].push_back(std::move(l));
+    }
+  }
+  // 2. Accept the members before it.
+  for (std::size_t k = 0; k < mine; ++k) g->peers[static_cast<std::size_t>(members[k])].resize(static_cast<std::size_t>(S));
+  std::size_t missing = mine * static_cast<std::size_t>(S);
+  while (missing > 0) {
+    {
+      std::lock_guard lk(w->joining);
+      while (true) {
+        auto l = std::make_unique<link>(w->io);
+        asio::error_code ec;
+        w->acceptor->accept(l->sock, ec);
+        if (ec) break;
+        l->sock.set_option(asio::ip::tcp::no_delay(true), ec);
+        l->sock.non_blocking(true, ec);
+        const auto peer = l->sock.remote_endpoint(ec);
+        const std::string from = ec ? std::string("an unknown address") : sockaddr_text(peer);
+        // Members send their hello at once: read it whole, briefly.
+        std::string in;
+        std::optional<group_hello> h;
+        std::string why;
+        const auto until = std::min(deadline, clock::now() + net::hello_within);
+        try {
+          while (!h) {
+            char c[512];
+            const std::size_t want = std::min(sizeof c, max_group_hello_bytes + 1 - in.size());
+            const std::size_t got = l->sock.read_some(asio::buffer(c, want), ec);
+            in.append(c, got);
+            if (ec == asio::error::would_block || ec == asio::error::try_again) {
+              if (clock::now() >= until) throw net::malformed("no complete hello in time");
+              pollfd pf{l->fd(), POLLIN, 0};
+              ::poll(&pf, 1, 10);
+            } else if (ec) {
+              throw net::malformed("the connection closed during its hello");
+            }
+            h = parse_group_hello(in);
+            if (!h && in.size() > max_group_hello_bytes) throw net::malformed("hello too long");
+          }
+          if (h->version != hello_version) why = "protocol version " + std::to_string(h->version);
+          else if (!net::same_token(h->token, w->token) || h->job_id != w->job_id) why = "wrong job token or job id: not a rank of this job";
+          else if (h->from < 0 || h->from >= w->world_size || h->stream < 0 || h->stream >= S) why = "no such rank or stream";
+        } catch (const net::malformed& e) {
+          why = e.reason;
+        }
+        if (!why.empty()) {
+          log_refusal(R, from, why, w->refusals_logged);
+          continue;
+        }
+        w->arrived.push_back({h->context, h->from, h->stream, std::move(l)});
+      }
+      // Take this group's.
+      for (auto it = w->arrived.begin(); it != w->arrived.end();) {
+        if (it->context == context) {
+          auto& slot = g->peers[static_cast<std::size_t>(it->from)];
+          if (slot.size() == static_cast<std::size_t>(S) && !slot[static_cast<std::size_t>(it->stream)]) {
+            slot[static_cast<std::size_t>(it->stream)] = std::move(it->l);
+            --missing;
+            it = w->arrived.erase(it);
+            continue;
+          }
+        }
+        ++it;
+      }
+    }
+    if (missing == 0) break;
+    if (clock::now() >= deadline) {
+      std::string who;
+      for (std::size_t k = 0; k < mine; ++k)
+        for (const auto& l : g->peers[static_cast<std::size_t>(members[k])])
+          if (!l) {
+            who += (who.empty() ? "" : ", ") + std::to_string(members[k]);
+            break;
+          }
+      throw timeout_error("tcp: making a group's connections: rank " + std::to_string(R) + " timed out waiting for world rank(s) " +
+                          who + " to connect");
+    }
+    pollfd pf{w->acceptor->native_handle(), POLLIN, 0};
+    ::poll(&pf, 1, 5);
+  }
+  return g;
 }
 
 }  // namespace tutti::detail::tcp_impl

@@ -62,11 +62,14 @@ class tcp {
   int rank() const noexcept { return group_.rank(); }
   int size() const noexcept { return group_.size(); }
 
-  /// Sub-groups share the world's connections: collectives are blocking and every rank calls
-  /// them in the same order, so the messages between two ranks arrive in the order they are read.
+  /// The transport of a sub-group: connections of its own, made by the members together (see
+  /// `connect_group`), so that the group and its world can be driven from different threads at
+  /// once. The world's connections and acceptor stay as they are.
   tcp sub(std::span<const int> members, std::uint64_t context) const {
     tcp t = *this;
     t.group_ = group_.sub(members, context);
+    const auto& world = conn_->world ? conn_->world : conn_;
+    t.conn_ = detail::tcp_impl::connect_group(world, t.group_.members(), context);
     return t;
   }
 

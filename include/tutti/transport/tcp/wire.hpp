@@ -80,6 +80,51 @@ inline std::optional<mesh_hello> parse_mesh_hello(std::string_view in) {
   return h;
 }
 
+/// A rank's hello on a connection of a group's own (`tcp::sub`): magic u64, version u32, from
+/// (the world rank), stream (i32 each), the group's context u64, then the job id and the token.
+inline constexpr std::uint64_t group_hello_magic = 0x7075726769747475ull;  // "uttigrup"
+struct group_hello {
+  std::uint32_t version = 0;
+  std::int32_t from = 0, stream = 0;
+  std::uint64_t context = 0;
+  std::string_view job_id, token;
+};
+inline constexpr std::size_t group_hello_fixed = 8 + 4 + 4 + 4 + 8;
+inline constexpr std::size_t max_group_hello_bytes = group_hello_fixed + 4 + max_job_id + 4 + net::max_token;
+
+inline std::string group_hello_text(int from, int stream, std::uint64_t context, const std::string& job,
+                                    const std::string& token) {
+  net::writer w;
+  w.num(group_hello_magic).num(hello_version).num(static_cast<std::int32_t>(from)).num(static_cast<std::int32_t>(stream));
+  w.num(context).str(job).str(token);
+  return w.out;
+}
+
+/// Parses a group hello: empty while incomplete; `malformed` for another magic or a field over
+/// its cap.
+inline std::optional<group_hello> parse_group_hello(std::string_view in) {
+  using net::malformed;
+  if (in.size() < 8) return std::nullopt;
+  net::reader r{in};
+  if (r.num<std::uint64_t>() != group_hello_magic) throw malformed("not a tutti group connection (wrong magic)", true);
+  if (in.size() < group_hello_fixed) return std::nullopt;
+  group_hello h;
+  h.version = r.num<std::uint32_t>();
+  h.from = r.num<std::int32_t>();
+  h.stream = r.num<std::int32_t>();
+  h.context = r.num<std::uint64_t>();
+  auto field = [&](std::string_view& out, std::size_t cap, const char* what) {
+    if (r.in.size() < 4) return false;
+    const auto n = net::reader{r.in}.num<std::uint32_t>();
+    if (n > cap) throw malformed(std::string(what) + " of " + std::to_string(n) + " bytes");
+    if (r.in.size() < 4 + std::size_t{n}) return false;
+    out = r.str(cap);
+    return true;
+  };
+  if (!field(h.job_id, max_job_id, "job id") || !field(h.token, net::max_token, "token")) return std::nullopt;
+  return h;
+}
+
 /// What a 64-byte frame says: a message (its header), or a notice (failure, stall, waiting, note)
 /// and the length of the text that follows it, cut to `toolkit::max_notice_text`. A message's
 /// byte count is never allocated for: the receiver reads into the buffer of the size it

@@ -48,10 +48,23 @@ class group_map {
     return g;
   }
 
+  /// The same group over links of its own (a transport that gives a group its own segment or
+  /// connections): ranks 0..size()-1 index those links (`world(r)` is r), while the names still
+  /// say each rank's world rank.
+  group_map own_links() const {
+    group_map g = *this;
+    g.named_.resize(members_.size());
+    for (std::size_t i = 0; i < members_.size(); ++i) {
+      g.named_[i] = world_of(static_cast<int>(i));
+      g.members_[i] = static_cast<int>(i);
+    }
+    return g;
+  }
+
   /// "rank 2", and in a sub-group "rank 2 (world rank 5)".
   std::string name(int r) const {
     std::string s = "rank " + std::to_string(r);
-    if (context_ != 0) s += " (world rank " + std::to_string(world(r)) + ")";
+    if (context_ != 0) s += " (world rank " + std::to_string(world_of(r)) + ")";
     return s;
   }
   /// World rank `w` as this group names it: "rank i" if a member, else "world rank w".
@@ -61,7 +74,11 @@ class group_map {
   }
 
  private:
+  /// The world rank of group rank r, as names say it.
+  int world_of(int r) const { return named_.empty() ? world(r) : named_[static_cast<std::size_t>(r)]; }
+
   std::vector<int> members_;
+  std::vector<int> named_;  // own_links(): the world ranks, for names
   int rank_ = 0;
   std::uint64_t context_ = 0;
 };
