@@ -26,6 +26,7 @@
 #include "tutti/core/op_id.hpp"
 #include "tutti/core/view.hpp"
 #include "tutti/group/communicator.hpp"
+#include "tutti/group/request.hpp"
 #include "tutti/group/threads.hpp"
 #include "tutti/op/kernels.hpp"
 #include "tutti/op/ops.hpp"

@@ -92,4 +92,11 @@ TEST_CASE("conformance: a silent peer, a lost peer and abort") {
   tutti::test::verdict(rep, world().rank() == 0);
 }
 
+TEST_CASE("conformance: non-blocking operations") {
+  testing::report rep;
+  auto run = runner();
+  testing::check_nonblocking(run, rep);
+  tutti::test::verdict(rep, world().rank() == 0);
+}
+
 TEST_SUITE_END();

@@ -8,7 +8,13 @@
 /// `std::array`, `std::span`, a C array) or a single trivially copyable value:
 /// `comm.all_reduce(grads)`, `comm.all_gather(my_count, counts)`.
 ///
-/// A communicator is used by one thread at a time. After a failure other than `usage_error` it is
+/// Every collective and point-to-point call has a non-blocking `i` twin (`iall_reduce`,
+/// `ibroadcast`, ..., `isend`, `irecv`) with the same arguments, returning a `tutti::request`
+/// (group/request.hpp): the operation runs on the communicator's progress engine, in the order
+/// posted, while the caller goes on. A blocking call waits for the operations posted before it.
+///
+/// A communicator is used by one thread at a time (different communicators, the world and its
+/// groups, may be used from different threads at once). After a failure other than `usage_error` it is
 /// unusable (its peers may be anywhere in the schedule); later calls raise `tutti::error` with
 /// `errc::aborted` and the original message. A `usage_error` (arguments that can never work, found
 /// before any traffic) leaves it usable; its text is left with the peers as this rank's last
@@ -41,6 +47,7 @@
 #include "tutti/core/view.hpp"
 #include "tutti/detail/buffer.hpp"
 #include "tutti/detail/flight_recorder.hpp"
+#include "tutti/group/request.hpp"
 #include "tutti/op/ops.hpp"
 #include "tutti/transport/capabilities.hpp"
 #include "tutti/transport/memory_ops.hpp"
@@ -93,6 +100,42 @@ struct is_automatic : std::false_type {};
 template <class... C>
 struct is_automatic<algo::automatic_of<C...>> : std::true_type {};
 
+/// A communicator's progress engine (group/request.hpp), made on its first non-blocking call.
+/// Moving the communicator first waits for what its engine runs: the operations refer to it.
+class engine_slot {
+ public:
+  engine_slot() = default;
+  engine_slot(engine_slot&& o) noexcept {
+    o.drain();
+    e_ = std::move(o.e_);
+  }
+  engine_slot& operator=(engine_slot&& o) noexcept {
+    if (this != &o) {
+      drain();
+      o.drain();
+      e_ = std::move(o.e_);
+    }
+    return *this;
+  }
+  void drain() noexcept {
+    if (e_) e_->drain();
+  }
+  /// Operations are posted and the caller is not the engine (which runs them in order).
+  bool busy() const noexcept { return e_ && !e_->idle() && !e_->on_engine(); }
+  std::size_t pending() const noexcept { return e_ ? e_->pending() : 0; }
+  progress_engine& get() {
+    if (!e_) e_ = std::make_unique<progress_engine>();
+    return *e_;
+  }
+
+ private:
+  std::unique_ptr<progress_engine> e_;
+};
+
+/// A buffer a non-blocking call may keep: a view, or an lvalue (not a temporary container).
+template <class B>
+inline constexpr bool lasting = std::is_lvalue_reference_v<B> || is_view<std::remove_cvref_t<B>>::value;
+
 /// The element type of a buffer argument.
 template <class X>
 using element_of = std::remove_const_t<typename view_of<X>::element_type>;
@@ -123,6 +166,8 @@ class communicator {
 
   communicator(communicator&&) noexcept = default;
   communicator& operator=(communicator&&) noexcept = default;
+  /// Waits for the operations still posted (their views must outlive them anyway).
+  ~communicator() { engine_.drain(); }
 
   int rank() const { return t_.rank(); }
   int size() const { return t_.size(); }
@@ -157,6 +202,7 @@ class communicator {
   communicator shrink(std::vector<int>* kept = nullptr)
     requires shrinkable<Transport>
   {
+    ordered();
     if (context_ != 0) usage("shrink: call it on the world communicator, not on a group");
     return communicator(t_.shrink(cfg_.timeout, kept), algo_, cfg_);
   }
@@ -173,6 +219,7 @@ class communicator {
   /// Copies root's `buf` into every rank's `buf`. Every rank passes the same count and root.
   template <class Algo = algo::inherit, viewable B>
   void broadcast(B&& buf, int root, const Algo& a = {}) {
+    ordered();
     const auto v = writable(buf, collective::broadcast, "buf");
     using T = detail::element_of<B>;
     static_assert(supports<Algo, collective::broadcast>,
@@ -189,6 +236,7 @@ class communicator {
   template <class Algo = algo::inherit, viewable B, class Op = op::sum>
     requires reduce_op<Op, detail::element_of<B>>
   void reduce(B&& buf, int root, const Op& op = {}, const Algo& a = {}) {
+    ordered();
     const auto v = writable(buf, collective::reduce, "buf");
     using T = detail::element_of<B>;
     static_assert(supports<Algo, collective::reduce>,
@@ -205,6 +253,7 @@ class communicator {
   template <class Algo = algo::inherit, viewable B, class Op = op::sum>
     requires reduce_op<Op, detail::element_of<B>>
   void all_reduce(B&& buf, const Op& op = {}, const Algo& a = {}) {
+    ordered();
     const auto v = writable(buf, collective::all_reduce, "buf");
     using T = detail::element_of<B>;
     static_assert(supports<Algo, collective::all_reduce>,
@@ -219,6 +268,7 @@ class communicator {
   template <class Algo = algo::inherit, viewable In, viewable Out, class Op = op::sum>
     requires std::same_as<detail::element_of<In>, detail::element_of<Out>> && reduce_op<Op, detail::element_of<Out>>
   void all_reduce(In&& in_buf, Out&& out_buf, const Op& op = {}, const Algo& a = {}) {
+    ordered();
     const auto in = readable(in_buf);
     const auto out = writable(out_buf, collective::all_reduce, "out");
     using T = detail::element_of<Out>;
@@ -250,6 +300,7 @@ class communicator {
   template <class Algo = algo::inherit, viewable In, viewable Out>
     requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
   void gather(In&& in_buf, Out&& out_buf, int root, const Algo& a = {}) {
+    ordered();
     const auto in = readable(in_buf);
     const auto out = writable(out_buf, collective::gather, "out");
     using T = detail::element_of<Out>;
@@ -270,6 +321,7 @@ class communicator {
   template <class Algo = algo::inherit, viewable In, viewable Out>
     requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
   void all_gather(In&& in_buf, Out&& out_buf, const Algo& a = {}) {
+    ordered();
     const auto in = readable(in_buf);
     const auto out = writable(out_buf, collective::all_gather, "out");
     using T = detail::element_of<Out>;
@@ -287,6 +339,7 @@ class communicator {
   template <class Algo = algo::inherit, viewable In, viewable Out>
     requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
   void scatter(In&& in_buf, Out&& out_buf, int root, const Algo& a = {}) {
+    ordered();
     const auto in = readable(in_buf);
     const auto out = writable(out_buf, collective::scatter, "out");
     using T = detail::element_of<Out>;
@@ -309,6 +362,7 @@ class communicator {
   template <class Algo = algo::inherit, viewable In, viewable Out>
     requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
   void all_to_all(In&& in_buf, Out&& out_buf, const Algo& a = {}) {
+    ordered();
     const auto in = readable(in_buf);
     const auto out = writable(out_buf, collective::all_to_all, "out");
     using T = detail::element_of<Out>;
@@ -330,6 +384,7 @@ class communicator {
   template <class Algo = algo::inherit, viewable In, viewable Out, class Op = op::sum>
     requires std::same_as<detail::element_of<In>, detail::element_of<Out>> && reduce_op<Op, detail::element_of<Out>>
   void reduce_scatter(In&& in_buf, Out&& out_buf, const Op& op = {}, const Algo& a = {}) {
+    ordered();
     const auto in = readable(in_buf);
     const auto out = writable(out_buf, collective::reduce_scatter, "out");
     using T = detail::element_of<Out>;
@@ -346,6 +401,7 @@ class communicator {
   /// Returns once every rank of the group has entered the barrier.
   template <class Algo = algo::inherit>
   void barrier(const Algo& a = {}) {
+    ordered();
     static_assert(supports<Algo, collective::barrier>, "tutti: this algorithm has no barrier schedule");
     auto fp = next_fp(collective::barrier, dtype_of<char>(), 0, -1, 0);
     if (size() == 1) return;
@@ -365,6 +421,7 @@ class communicator {
   template <class Algo = algo::inherit, viewable In, viewable Out>
     requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
   void all_gather_v(In&& in_buf, Out&& out_buf, std::span<const std::size_t> counts, const Algo& a = {}) {
+    ordered();
     constexpr auto C = collective::all_gather_v;
     const auto in = readable(in_buf);
     const auto out = writable(out_buf, C, "out");
@@ -389,6 +446,7 @@ class communicator {
   template <class Algo = algo::inherit, viewable In, viewable Out>
     requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
   void gather_v(In&& in_buf, Out&& out_buf, std::span<const std::size_t> counts, int root, const Algo& a = {}) {
+    ordered();
     constexpr auto C = collective::gather_v;
     const auto in = readable(in_buf);
     const auto out = writable(out_buf, C, "out");
@@ -415,6 +473,7 @@ class communicator {
   template <class Algo = algo::inherit, viewable In, viewable Out>
     requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
   void scatter_v(In&& in_buf, std::span<const std::size_t> counts, Out&& out_buf, int root, const Algo& a = {}) {
+    ordered();
     constexpr auto C = collective::scatter_v;
     const auto in = readable(in_buf);
     const auto out = writable(out_buf, C, "out");
@@ -442,6 +501,7 @@ class communicator {
     requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
   void all_to_all_v(In&& in_buf, std::span<const std::size_t> send_counts, Out&& out_buf,
                     std::span<const std::size_t> recv_counts, const Algo& a = {}) {
+    ordered();
     constexpr auto C = collective::all_to_all_v;
     const auto in = readable(in_buf);
     const auto out = writable(out_buf, C, "out");
@@ -469,6 +529,7 @@ class communicator {
     requires std::same_as<detail::element_of<In>, detail::element_of<Out>> && reduce_op<Op, detail::element_of<Out>>
   void reduce_scatter_v(In&& in_buf, Out&& out_buf, std::span<const std::size_t> counts, const Op& op = {},
                         const Algo& a = {}) {
+    ordered();
     constexpr auto C = collective::reduce_scatter_v;
     const auto in = readable(in_buf);
     const auto out = writable(out_buf, C, "out");
@@ -505,6 +566,7 @@ class communicator {
   /// this rank, the same tag, dtype and count.
   template <viewable B>
   void send(B&& data_buf, int peer, int tag = 0) {
+    ordered();
     const auto data = readable(data_buf);
     using U = detail::element_of<B>;
     check_peer(peer, tag, "send");
@@ -515,6 +577,7 @@ class communicator {
   /// Receives `data.size()` elements from `peer` with `tag` into `data`.
   template <viewable B>
   void recv(B&& data_buf, int peer, int tag = 0) {
+    ordered();
     const auto data = writable(data_buf, collective::send_recv, "data");
     using T = detail::element_of<B>;
     check_peer(peer, tag, "recv");
@@ -522,12 +585,171 @@ class communicator {
     recorded(ch, [&] { ch.recv(peer, data); });
   }
 
+  // ---- non-blocking twins ------------------------------------------------------------------
+  // Each posts its blocking twin, with the same arguments, to this communicator's progress
+  // engine and returns at once; see tutti::request. The buffers (and the counts of the
+  // v-collectives) must stay valid, and the inputs unchanged, until the request completes. A
+  // temporary container is refused at compile time.
+
+  template <class Algo = algo::inherit, viewable B>
+  request ibroadcast(B&& buf, int root, const Algo& a = {}) {
+    static_assert(detail::lasting<B>,
+                  "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
+    auto v = writable(buf, collective::broadcast, "buf");
+    return post([this, v, root, a] { broadcast(v, root, a); });
+  }
+  template <class Algo = algo::inherit, viewable B, class Op = op::sum>
+    requires reduce_op<Op, detail::element_of<B>>
+  request ireduce(B&& buf, int root, const Op& op = {}, const Algo& a = {}) {
+    static_assert(detail::lasting<B>,
+                  "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
+    auto v = writable(buf, collective::reduce, "buf");
+    return post([this, v, root, op, a] { reduce(v, root, op, a); });
+  }
+  template <class Algo = algo::inherit, viewable B, class Op = op::sum>
+    requires reduce_op<Op, detail::element_of<B>>
+  request iall_reduce(B&& buf, const Op& op = {}, const Algo& a = {}) {
+    static_assert(detail::lasting<B>,
+                  "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
+    auto v = writable(buf, collective::all_reduce, "buf");
+    return post([this, v, op, a] { all_reduce(v, op, a); });
+  }
+  template <class Algo = algo::inherit, viewable In, viewable Out, class Op = op::sum>
+    requires std::same_as<detail::element_of<In>, detail::element_of<Out>> && reduce_op<Op, detail::element_of<Out>>
+  request iall_reduce(In&& in_buf, Out&& out_buf, const Op& op = {}, const Algo& a = {}) {
+    static_assert(detail::lasting<In> && detail::lasting<Out>,
+                  "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
+    auto in = readable(in_buf);
+    auto out = writable(out_buf, collective::all_reduce, "out");
+    return post([this, in, out, op, a] { all_reduce(in, out, op, a); });
+  }
+  template <class Algo = algo::inherit, viewable In, viewable Out>
+    requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
+  request igather(In&& in_buf, Out&& out_buf, int root, const Algo& a = {}) {
+    static_assert(detail::lasting<In> && detail::lasting<Out>,
+                  "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
+    auto in = readable(in_buf);
+    auto out = writable(out_buf, collective::gather, "out");
+    return post([this, in, out, root, a] { gather(in, out, root, a); });
+  }
+  template <class Algo = algo::inherit, viewable In, viewable Out>
+    requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
+  request iall_gather(In&& in_buf, Out&& out_buf, const Algo& a = {}) {
+    static_assert(detail::lasting<In> && detail::lasting<Out>,
+                  "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
+    auto in = readable(in_buf);
+    auto out = writable(out_buf, collective::all_gather, "out");
+    return post([this, in, out, a] { all_gather(in, out, a); });
+  }
+  template <class Algo = algo::inherit, viewable In, viewable Out>
+    requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
+  request iscatter(In&& in_buf, Out&& out_buf, int root, const Algo& a = {}) {
+    static_assert(detail::lasting<In> && detail::lasting<Out>,
+                  "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
+    auto in = readable(in_buf);
+    auto out = writable(out_buf, collective::scatter, "out");
+    return post([this, in, out, root, a] { scatter(in, out, root, a); });
+  }
+  template <class Algo = algo::inherit, viewable In, viewable Out>
+    requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
+  request iall_to_all(In&& in_buf, Out&& out_buf, const Algo& a = {}) {
+    static_assert(detail::lasting<In> && detail::lasting<Out>,
+                  "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
+    auto in = readable(in_buf);
+    auto out = writable(out_buf, collective::all_to_all, "out");
+    return post([this, in, out, a] { all_to_all(in, out, a); });
+  }
+  template <class Algo = algo::inherit, viewable In, viewable Out, class Op = op::sum>
+    requires std::same_as<detail::element_of<In>, detail::element_of<Out>> && reduce_op<Op, detail::element_of<Out>>
+  request ireduce_scatter(In&& in_buf, Out&& out_buf, const Op& op = {}, const Algo& a = {}) {
+    static_assert(detail::lasting<In> && detail::lasting<Out>,
+                  "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
+    auto in = readable(in_buf);
+    auto out = writable(out_buf, collective::reduce_scatter, "out");
+    return post([this, in, out, op, a] { reduce_scatter(in, out, op, a); });
+  }
+  template <class Algo = algo::inherit>
+  request ibarrier(const Algo& a = {}) {
+    return post([this, a] { barrier(a); });
+  }
+  template <class Algo = algo::inherit, viewable In, viewable Out>
+    requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
+  request iall_gather_v(In&& in_buf, Out&& out_buf, std::span<const std::size_t> counts, const Algo& a = {}) {
+    static_assert(detail::lasting<In> && detail::lasting<Out>,
+                  "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
+    auto in = readable(in_buf);
+    auto out = writable(out_buf, collective::all_gather_v, "out");
+    return post([this, in, out, counts, a] { all_gather_v(in, out, counts, a); });
+  }
+  template <class Algo = algo::inherit, viewable In, viewable Out>
+    requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
+  request igather_v(In&& in_buf, Out&& out_buf, std::span<const std::size_t> counts, int root, const Algo& a = {}) {
+    static_assert(detail::lasting<In> && detail::lasting<Out>,
+                  "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
+    auto in = readable(in_buf);
+    auto out = writable(out_buf, collective::gather_v, "out");
+    return post([this, in, out, counts, root, a] { gather_v(in, out, counts, root, a); });
+  }
+  template <class Algo = algo::inherit, viewable In, viewable Out>
+    requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
+  request iscatter_v(In&& in_buf, std::span<const std::size_t> counts, Out&& out_buf, int root, const Algo& a = {}) {
+    static_assert(detail::lasting<In> && detail::lasting<Out>,
+                  "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
+    auto in = readable(in_buf);
+    auto out = writable(out_buf, collective::scatter_v, "out");
+    return post([this, in, counts, out, root, a] { scatter_v(in, counts, out, root, a); });
+  }
+  template <class Algo = algo::inherit, viewable In, viewable Out>
+    requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
+  request iall_to_all_v(In&& in_buf, std::span<const std::size_t> send_counts, Out&& out_buf,
+                        std::span<const std::size_t> recv_counts, const Algo& a = {}) {
+    static_assert(detail::lasting<In> && detail::lasting<Out>,
+                  "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
+    auto in = readable(in_buf);
+    auto out = writable(out_buf, collective::all_to_all_v, "out");
+    return post([this, in, send_counts, out, recv_counts, a] { all_to_all_v(in, send_counts, out, recv_counts, a); });
+  }
+  template <class Algo = algo::inherit, viewable In, viewable Out, class Op = op::sum>
+    requires std::same_as<detail::element_of<In>, detail::element_of<Out>> && reduce_op<Op, detail::element_of<Out>>
+  request ireduce_scatter_v(In&& in_buf, Out&& out_buf, std::span<const std::size_t> counts, const Op& op = {},
+                            const Algo& a = {}) {
+    static_assert(detail::lasting<In> && detail::lasting<Out>,
+                  "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
+    auto in = readable(in_buf);
+    auto out = writable(out_buf, collective::reduce_scatter_v, "out");
+    return post([this, in, out, counts, op, a] { reduce_scatter_v(in, out, counts, op, a); });
+  }
+
+  /// `send`, posted. Point-to-point operations run like the others, one at a time in the order
+  /// posted: a posted `recv` waits for its message before anything posted after it starts, so
+  /// two ranks exchanging messages larger than the transport buffers must post the send on one
+  /// side and the receive on the other first (or the later one times out naming the peer).
+  template <viewable B>
+  request isend(B&& data_buf, int peer, int tag = 0) {
+    static_assert(detail::lasting<B>,
+                  "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
+    auto data = readable(data_buf);
+    return post([this, data, peer, tag] { send(data, peer, tag); });
+  }
+  /// `recv`, posted (see `isend`).
+  template <viewable B>
+  request irecv(B&& data_buf, int peer, int tag = 0) {
+    static_assert(detail::lasting<B>,
+                  "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
+    auto data = writable(data_buf, collective::send_recv, "data");
+    return post([this, data, peer, tag] { recv(data, peer, tag); });
+  }
+
+  /// Operations posted on this communicator and not yet complete.
+  std::size_t pending() const noexcept { return engine_.pending(); }
+
   // ---- groups -----------------------------------------------------------------------------
 
   /// A communicator of the listed ranks (new rank i is `ranks[i]`), sharing this one's links.
   /// Every rank of this communicator calls it with the same list, as torch's `new_group`;
   /// non-members get an empty optional. Different lists on different ranks: `mismatch_error`.
   std::optional<communicator> new_group(std::vector<int> ranks) {
+    ordered();
     std::vector<char> seen(static_cast<std::size_t>(size()), 0);
     for (int r : ranks) {
       if (r < 0 || r >= size())
@@ -569,6 +791,7 @@ class communicator {
   /// MPI_Comm_split: ranks with the same `color` form a group, ordered by (`key`, rank).
   /// A negative color opts out and gets an empty optional. Every rank calls it.
   std::optional<communicator> split(int color, int key) {
+    ordered();
     const std::uint64_t mine = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(color)) << 32) |
                                static_cast<std::uint32_t>(key);
     const std::uint64_t base = seq_;
@@ -630,6 +853,18 @@ class communicator {
   const resolved<Algo>& pick(const Algo& a) const {
     if constexpr (std::is_same_v<Algo, algo::inherit>) return algo_;
     else return a;
+  }
+
+  // ---- the progress engine --------------------------------------------------------------------
+
+  /// A blocking call waits for the operations posted before it (it is ordered after them).
+  void ordered() {
+    if (engine_.busy()) engine_.drain();
+  }
+
+  template <class F>
+  request post(F f) {
+    return request(engine_.get().post(std::make_unique<detail::task_of<F>>(std::move(f))));
   }
 
   // ---- buffers ------------------------------------------------------------------------------
@@ -926,6 +1161,7 @@ class communicator {
     detail::copy_bytes(t_, to.data(), from.data(), from.size_bytes());
   }
 
+  detail::engine_slot engine_;  // first: a move waits for its operations before the rest moves
   Transport t_;
   Algorithm algo_;
   config cfg_;

@@ -24,7 +24,10 @@
 ///    call: count, element type, op, root, order of calls, the v-collectives' counts, and point
 ///    to point (testing/mismatch.hpp);
 /// 3. `timeout_error` naming a silent peer, `peer_lost` naming a rank that fails, and `abort()`
-///    releasing a blocked call within about 20 ms (testing/failures.hpp).
+///    releasing a blocked call within about 20 ms (testing/failures.hpp);
+/// 4. the non-blocking twins: the blocking results, 64 in flight, blocking calls ordered after
+///    posted ones, `wait_all`/`wait_any`, and `mismatch_error` among pending operations that
+///    disagree (testing/nonblocking.hpp).
 ///
 /// A case that hangs ends the process with "tutti::testing: HANG: ..." on stderr: a transport
 /// that hangs fails loudly instead of stalling its test suite.
@@ -40,6 +43,7 @@
 #include "tutti/testing/collectives.hpp"
 #include "tutti/testing/failures.hpp"
 #include "tutti/testing/mismatch.hpp"
+#include "tutti/testing/nonblocking.hpp"
 #include "tutti/testing/outcomes.hpp"
 #include "tutti/testing/report.hpp"
 
@@ -56,6 +60,7 @@ struct options {
   bool large = true;             ///< part 1's 16 MiB v-collectives
   bool mismatches = true;        ///< part 2
   bool failures = true;          ///< part 3
+  bool nonblocking = true;       ///< part 4
   std::chrono::milliseconds deadline{5000};        ///< the timeout of the communicators in parts 2 and 3
   std::chrono::milliseconds silent_deadline{300};  ///< the timeout of the silent-peer case
   std::chrono::milliseconds abort_within{20};      ///< how soon abort() must release a blocked call
@@ -98,12 +103,26 @@ void check_failures(Runner& run, report& rep, const options& o = {}) {
   check_abort(run, rep, o.abort_within);
 }
 
+/// Part 4.
+template <class Runner>
+void check_nonblocking(Runner& run, report& rep) {
+  auto body = [&](auto& comm, report& r) {
+    comm.set_timeout(std::chrono::seconds(120));
+    for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{70000}}) check_nonblocking_results(comm, r, n);
+    check_many_in_flight(comm, r);
+    check_groups_in_flight(comm, r);
+  };
+  run.each(body, rep, "non-blocking operations on " + std::to_string(run.size()) + " ranks");
+  check_nonblocking_mismatches(run, rep);
+}
+
 /// The whole suite on one runner (one world size).
 template <class Algorithms = every_algorithm, class Runner>
 void check_transport(Runner& run, report& rep, const options& o = {}) {
   if (o.results) check_results<Algorithms>(run, rep, o);
   if (o.mismatches) check_all_mismatches<Algorithms>(run, rep);
   if (o.failures) check_failures(run, rep, o);
+  if (o.nonblocking) check_nonblocking(run, rep);
 }
 
 /// The whole suite with ranks as threads: `launch(n, body)` runs `body(comm)` on n threads,

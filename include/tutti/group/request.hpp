@@ -1,0 +1,290 @@
+/// \file
+/// `tutti::request`: the handle of a non-blocking operation (`comm.iall_reduce(...)` and the
+/// other `i` calls of `tutti::communicator`), with `wait_all` and `wait_any`; and the progress
+/// engine behind them (`detail::progress_engine`).
+///
+/// Each communicator that posts a non-blocking operation gets a progress engine: one thread
+/// that runs the communicator's posted operations one after another, in the order they were
+/// posted, with the same schedules, checks and deadlines as the blocking calls. So operations
+/// progress while the caller computes or sleeps (no tutti call needed: unlike MPI's non-blocking
+/// collectives, which progress only inside MPI calls), they match across ranks by the order they
+/// were posted (like blocking calls), and each fails exactly as its blocking twin would have.
+/// A blocking call on a communicator with posted operations first waits for them, so it is
+/// ordered after them. Communicators (the world and the groups made from it) progress
+/// independently of each other.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <type_traits>
+#include <utility>
+
+#include "tutti/core/error.hpp"
+
+namespace tutti {
+
+namespace detail {
+
+/// What a request and the engine that runs its operation share.
+struct operation_state {
+  std::atomic<bool> done{false};
+  std::exception_ptr error;  // written before `done` is set
+};
+
+/// Wakes every `wait_any` when any operation of the process completes (requests of different
+/// communicators may be waited on together).
+struct completion_signal {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::uint64_t epoch = 0;
+  static completion_signal& get() {
+    static completion_signal s;
+    return s;
+  }
+  void notify() {
+    {
+      std::lock_guard lk(mu);
+      ++epoch;
+    }
+    cv.notify_all();
+  }
+};
+
+inline void complete(operation_state& s, std::exception_ptr e) {
+  s.error = std::move(e);
+  s.done.store(true, std::memory_order_release);
+  completion_signal::get().notify();
+}
+
+/// Waits until `s` is done (on the completion signal: no spinning).
+inline void await(const operation_state& s) {
+  if (s.done.load(std::memory_order_acquire)) return;
+  auto& sig = completion_signal::get();
+  std::unique_lock lk(sig.mu);
+  sig.cv.wait(lk, [&] { return s.done.load(std::memory_order_acquire); });
+}
+
+/// One communicator's progress engine: a thread running the posted operations in order.
+class progress_engine {
+ public:
+  /// A posted operation: runs once, on the engine's thread.
+  struct task {
+    virtual ~task() = default;
+    virtual void run() = 0;
+    std::shared_ptr<operation_state> state = std::make_shared<operation_state>();
+  };
+
+  progress_engine() : worker_([this] { loop(); }) {}
+  progress_engine(const progress_engine&) = delete;
+  progress_engine& operator=(const progress_engine&) = delete;
+  /// Finishes what is posted, then stops the thread.
+  ~progress_engine() {
+    {
+      std::lock_guard lk(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+  }
+
+  /// Queues `t`; returns its state.
+  std::shared_ptr<operation_state> post(std::unique_ptr<task> t) {
+    auto s = t->state;
+    {
+      std::lock_guard lk(mu_);
+      queue_.push_back(std::move(t));
+      pending_.fetch_add(1, std::memory_order_release);
+    }
+    cv_.notify_all();
+    return s;
+  }
+
+  /// Whether every posted operation has completed.
+  bool idle() const noexcept { return pending_.load(std::memory_order_acquire) == 0; }
+  /// Whether the caller is this engine's thread (an operation running on it).
+  bool on_engine() const noexcept { return std::this_thread::get_id() == worker_.get_id(); }
+  /// Posted and not yet complete.
+  std::size_t pending() const noexcept { return pending_.load(std::memory_order_acquire); }
+
+  /// Waits until every posted operation has completed.
+  void drain() {
+    if (idle() || on_engine()) return;
+    std::unique_lock lk(mu_);
+    drained_.wait(lk, [&] { return pending_.load(std::memory_order_acquire) == 0; });
+  }
+
+ private:
+  void loop() {
+    std::unique_lock lk(mu_);
+    while (true) {
+      cv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, nothing left
+      std::unique_ptr<task> t = std::move(queue_.front());
+      queue_.pop_front();
+      // The operations already posted when one fails (other than with a usage error) fail with
+      // its error: a lost peer is lost to all of them. Later ones run, and fail as aborted.
+      std::exception_ptr e;
+      if (inherit_ > 0) {
+        --inherit_;
+        e = failed_;
+      }
+      lk.unlock();
+      if (!e) {
+        try {
+          t->run();
+        } catch (const usage_error&) {
+          e = std::current_exception();
+        } catch (...) {
+          e = std::current_exception();
+          lk.lock();
+          failed_ = e;
+          inherit_ = queue_.size();
+          lk.unlock();
+        }
+      }
+      auto state = t->state;
+      t.reset();  // the task's captures go before its request sees it complete
+      lk.lock();
+      // Uncounted before it completes: whoever sees it complete sees it no longer pending, and
+      // a drain returns only once its request is complete.
+      const bool last = pending_.fetch_sub(1, std::memory_order_acq_rel) == 1;
+      complete(*state, std::move(e));
+      if (last) drained_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_, drained_;
+  std::deque<std::unique_ptr<task>> queue_;
+  std::atomic<std::size_t> pending_{0};
+  std::exception_ptr failed_;  // the last failure, and how many queued operations inherit it
+  std::size_t inherit_ = 0;
+  bool stopping_ = false;
+  std::thread worker_;  // last: starts once the rest is built
+};
+
+/// A task running `f`.
+template <class F>
+struct task_of final : progress_engine::task {
+  explicit task_of(F f) : fn(std::move(f)) {}
+  void run() override { fn(); }
+  F fn;
+};
+
+}  // namespace detail
+
+/// The handle of a non-blocking operation. Move-only. The operation's buffers (views, counts)
+/// must stay valid and unchanged (inputs) until it completes. A request still pending when
+/// destroyed waits for its operation (an error it ends with is then not rethrown; the
+/// communicator stays failed, so its next call raises it as `errc::aborted`). An empty request
+/// (default-constructed, moved from, or already waited on) is complete.
+class [[nodiscard]] request {
+ public:
+  request() = default;
+  explicit request(std::shared_ptr<detail::operation_state> s) noexcept : s_(std::move(s)) {}
+  request(request&&) noexcept = default;
+  request& operator=(request&& o) noexcept {
+    if (this != &o) {
+      settle();
+      s_ = std::move(o.s_);
+    }
+    return *this;
+  }
+  ~request() { settle(); }
+
+  /// Returns when the operation is complete; rethrows what it failed with (`mismatch_error`,
+  /// `timeout_error`, `peer_lost`, `error` with `errc::aborted`, `usage_error`: what the
+  /// blocking call would have thrown). The request is empty afterwards.
+  void wait() {
+    if (!s_) return;
+    detail::await(*s_);
+    finish();
+  }
+
+  /// Whether the operation is complete (then as `wait()`: rethrows its error, and the request
+  /// is empty). Never blocks.
+  bool test() {
+    if (!s_) return true;
+    if (!s_->done.load(std::memory_order_acquire)) return false;
+    finish();
+    return true;
+  }
+
+  /// Whether this request has an operation not yet waited on.
+  bool active() const noexcept { return s_ != nullptr; }
+
+ private:
+  void finish() {
+    auto e = std::exchange(s_, nullptr)->error;
+    if (e) std::rethrow_exception(e);
+  }
+  void settle() noexcept {
+    if (s_) detail::await(*s_);
+    s_.reset();
+  }
+  friend std::size_t wait_any(std::span<request> rs);
+  std::shared_ptr<detail::operation_state> s_;
+};
+
+/// Waits for every request; then rethrows the first error among them (in order), so that none
+/// is left pending when it throws.
+inline void wait_all(std::span<request> rs) {
+  std::exception_ptr first;
+  for (auto& r : rs) {
+    try {
+      r.wait();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+/// `wait_all(r1, r2, ...)`.
+template <class... R>
+  requires(std::is_same_v<std::remove_cvref_t<R>, request> && ...)
+void wait_all(R&... rs) {
+  request* all[] = {&rs...};
+  std::exception_ptr first;
+  for (request* r : all) {
+    try {
+      r->wait();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+/// Waits until one of the active requests completes; returns its index (and, as `wait()`,
+/// rethrows its error; it is empty afterwards). Returns `rs.size()` when none is active.
+inline std::size_t wait_any(std::span<request> rs) {
+  auto& sig = detail::completion_signal::get();
+  while (true) {
+    bool any = false;
+    for (std::size_t i = 0; i < rs.size(); ++i) {
+      if (!rs[i].s_) continue;
+      any = true;
+      if (rs[i].s_->done.load(std::memory_order_acquire)) {
+        rs[i].finish();
+        return i;
+      }
+    }
+    if (!any) return rs.size();
+    std::unique_lock lk(sig.mu);
+    const auto seen = sig.epoch;
+    // Check again under the lock: a completion between the scan and here bumped the epoch.
+    bool ready = false;
+    for (auto& r : rs) ready = ready || (r.s_ && r.s_->done.load(std::memory_order_acquire));
+    if (!ready) sig.cv.wait(lk, [&] { return sig.epoch != seen; });
+  }
+}
+
+}  // namespace tutti

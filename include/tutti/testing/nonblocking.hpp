@@ -1,0 +1,311 @@
+/// \file
+/// The conformance suite's fourth part: non-blocking operations (`tutti::request`).
+/// - every `i` twin, v-collectives and point to point included, gives exactly (bitwise) what
+///   its blocking twin gives, with every operation of a sequence posted before the first wait
+///   and a blocking call among them (ordered after the ones posted before it);
+/// - 64 operations in flight at once, completed through `wait_any`;
+/// - groups split from a communicator with operations in flight beside it, and a group and its
+///   world driven from two threads at once;
+/// - ranks that post their operations in different orders, or with different counts or element
+///   types among pending operations, get `mismatch_error` (or `peer_lost` from a peer that
+///   found it) from `wait`, never a hang or a normal return.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <thread>
+#include <numeric>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tutti/core/view.hpp"
+#include "tutti/group/request.hpp"
+#include "tutti/op/ops.hpp"
+#include "tutti/testing/outcomes.hpp"
+#include "tutti/testing/report.hpp"
+
+namespace tutti::testing {
+
+namespace nonblocking_detail {
+
+template <class T>
+std::vector<T> values(int rank, std::size_t n, int salt) {
+  std::vector<T> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<T>((rank + 1) * 31 + static_cast<int>(i % 97) * 7 + salt);
+  return v;
+}
+
+/// v-collective counts: rank i has (i * 3 + salt) % 5 elements (zeros included).
+inline std::vector<std::size_t> counts_of(int p, int salt) {
+  std::vector<std::size_t> c(static_cast<std::size_t>(p));
+  for (int i = 0; i < p; ++i) c[static_cast<std::size_t>(i)] = static_cast<std::size_t>((i * 3 + salt) % 5);
+  return c;
+}
+
+inline std::size_t sum(const std::vector<std::size_t>& c) { return std::accumulate(c.begin(), c.end(), std::size_t{0}); }
+
+}  // namespace nonblocking_detail
+
+/// Every `i` twin against its blocking twin, `n` elements per block.
+template <class Comm>
+void check_nonblocking_results(Comm& comm, report& rep, std::size_t n) {
+  using namespace nonblocking_detail;
+  using T = std::int32_t;
+  const int me = comm.rank(), p = comm.size();
+  const std::size_t P = static_cast<std::size_t>(p);
+  const int root = p - 1;
+  const std::string at = " on " + std::to_string(p) + " ranks, " + std::to_string(n) + " elements";
+  struct pair_of {
+    std::string name;
+    std::vector<T> blocking, posted;
+  };
+  std::vector<pair_of> res;
+  auto add = [&](const std::string& name, std::vector<T> init) {
+    res.push_back({name, init, init});
+    return res.size() - 1;
+  };
+  const auto in = values<T>(me, n, 1), in_p = values<T>(me, n * P, 2);
+  const auto c = counts_of(p, 1);
+  const std::size_t mine_v = c[static_cast<std::size_t>(me)];
+  const auto in_v = values<T>(me, mine_v, 3), in_sum = values<T>(me, sum(c), 4);
+  std::vector<std::size_t> send_c(P), recv_c(P);
+  for (int j = 0; j < p; ++j) {
+    send_c[static_cast<std::size_t>(j)] = static_cast<std::size_t>((me + 2 * j) % 4);
+    recv_c[static_cast<std::size_t>(j)] = static_cast<std::size_t>((j + 2 * me) % 4);
+  }
+  const auto in_a2av = values<T>(me, sum(send_c), 5);
+
+  const auto bc = add("broadcast", values<T>(me, n, 6));
+  const auto rd = add("reduce", in);
+  const auto ar = add("all_reduce", in);
+  const auto aro = add("all_reduce out of place", std::vector<T>(n));
+  const auto ga = add("gather", std::vector<T>(n * P));
+  const auto ag = add("all_gather", std::vector<T>(n * P));
+  const auto sc = add("scatter", std::vector<T>(n));
+  const auto a2a = add("all_to_all", std::vector<T>(n * P));
+  const auto rs = add("reduce_scatter", std::vector<T>(n));
+  const auto agv = add("all_gather_v", std::vector<T>(sum(c)));
+  const auto gav = add("gather_v", std::vector<T>(sum(c)));
+  const auto scv = add("scatter_v", std::vector<T>(mine_v));
+  const auto a2av = add("all_to_all_v", std::vector<T>(sum(recv_c)));
+  const auto rsv = add("reduce_scatter_v", std::vector<T>(mine_v));
+  const auto mid = add("a blocking all_reduce among posted ones", in);
+  const auto pp = add("isend/irecv around a ring", std::vector<T>(p > 1 ? n : 0));
+  const auto after = add("all_reduce posted after the blocking one", values<T>(me, n, 7));
+
+  // The reference: the blocking calls, in the same order.
+  auto& b = res;
+  comm.broadcast(view(b[bc].blocking), root);
+  comm.reduce(view(b[rd].blocking), root, op::sum{});
+  comm.all_reduce(view(b[ar].blocking), op::max{});
+  comm.all_reduce(view(in), view(b[aro].blocking), op::sum{});
+  comm.gather(view(in), view(b[ga].blocking), root);
+  comm.all_gather(view(in), view(b[ag].blocking));
+  comm.scatter(view(in_p), view(b[sc].blocking), root);
+  comm.all_to_all(view(in_p), view(b[a2a].blocking));
+  comm.reduce_scatter(view(in_p), view(b[rs].blocking), op::sum{});
+  comm.all_gather_v(view(in_v), view(b[agv].blocking), c);
+  comm.gather_v(view(in_v), view(b[gav].blocking), c, root);
+  comm.scatter_v(view(in_sum), c, view(b[scv].blocking), root);
+  comm.all_to_all_v(view(in_a2av), send_c, view(b[a2av].blocking), recv_c);
+  comm.reduce_scatter_v(view(in_sum), view(b[rsv].blocking), c, op::sum{});
+  comm.barrier();
+  comm.all_reduce(view(b[mid].blocking), op::min{});
+  if (p > 1) {
+    const int next = (me + 1) % p, prev = (me + p - 1) % p;
+    if (me == 0) {
+      comm.send(view(in), next, 5);
+      comm.recv(view(b[pp].blocking), prev, 5);
+    } else {
+      comm.recv(view(b[pp].blocking), prev, 5);
+      comm.send(view(in), next, 5);
+    }
+  }
+  comm.all_reduce(view(b[after].blocking), op::sum{});
+
+  // The same, posted.
+  std::vector<request> r;
+  r.push_back(comm.ibroadcast(view(b[bc].posted), root));
+  r.push_back(comm.ireduce(view(b[rd].posted), root, op::sum{}));
+  r.push_back(comm.iall_reduce(view(b[ar].posted), op::max{}));
+  r.push_back(comm.iall_reduce(view(in), view(b[aro].posted), op::sum{}));
+  r.push_back(comm.igather(view(in), view(b[ga].posted), root));
+  r.push_back(comm.iall_gather(view(in), view(b[ag].posted)));
+  r.push_back(comm.iscatter(view(in_p), view(b[sc].posted), root));
+  r.push_back(comm.iall_to_all(view(in_p), view(b[a2a].posted)));
+  r.push_back(comm.ireduce_scatter(view(in_p), view(b[rs].posted), op::sum{}));
+  r.push_back(comm.iall_gather_v(view(in_v), view(b[agv].posted), c));
+  r.push_back(comm.igather_v(view(in_v), view(b[gav].posted), c, root));
+  r.push_back(comm.iscatter_v(view(in_sum), c, view(b[scv].posted), root));
+  r.push_back(comm.iall_to_all_v(view(in_a2av), send_c, view(b[a2av].posted), recv_c));
+  r.push_back(comm.ireduce_scatter_v(view(in_sum), view(b[rsv].posted), c, op::sum{}));
+  r.push_back(comm.ibarrier());
+  comm.all_reduce(view(b[mid].posted), op::min{});  // waits for everything posted so far
+  bool all_done = true;
+  for (auto& x : r) all_done = all_done && x.test();
+  rep.check(all_done, "a blocking call after posted operations" + at, me,
+            "returned while an operation posted before it was still pending");
+  if (p > 1) {
+    const int next = (me + 1) % p, prev = (me + p - 1) % p;
+    if (me == 0) {
+      r.push_back(comm.isend(view(in), next, 5));
+      r.push_back(comm.irecv(view(b[pp].posted), prev, 5));
+    } else {
+      r.push_back(comm.irecv(view(b[pp].posted), prev, 5));
+      r.push_back(comm.isend(view(in), next, 5));
+    }
+  }
+  r.push_back(comm.iall_reduce(view(b[after].posted), op::sum{}));
+  wait_all(std::span<request>(r));
+  rep.check(comm.pending() == 0, "pending() after wait_all" + at, me, std::to_string(comm.pending()) + " still pending");
+  for (const auto& x : res)
+    rep.check(x.blocking == x.posted, "i" + x.name + at, me, "the posted operation's result differs from the blocking one's");
+}
+
+/// 64 all_reduces in flight at once (sizes 1..64 elements, alternating ops), completed through
+/// wait_any; each must equal its blocking twin.
+template <class Comm>
+void check_many_in_flight(Comm& comm, report& rep, int how_many = 64) {
+  using namespace nonblocking_detail;
+  using T = std::int32_t;
+  const int me = comm.rank();
+  std::vector<std::vector<T>> want, got;
+  for (int i = 0; i < how_many; ++i) {
+    want.push_back(values<T>(me, static_cast<std::size_t>(i + 1), i));
+    got.push_back(want.back());
+  }
+  for (int i = 0; i < how_many; ++i) {
+    if (i % 2) comm.all_reduce(view(want[static_cast<std::size_t>(i)]), op::max{});
+    else comm.all_reduce(view(want[static_cast<std::size_t>(i)]), op::sum{});
+  }
+  std::vector<request> r;
+  for (int i = 0; i < how_many; ++i) {
+    if (i % 2) r.push_back(comm.iall_reduce(view(got[static_cast<std::size_t>(i)]), op::max{}));
+    else r.push_back(comm.iall_reduce(view(got[static_cast<std::size_t>(i)]), op::sum{}));
+  }
+  const std::string label = std::to_string(how_many) + " all_reduces in flight on " + std::to_string(comm.size()) + " ranks";
+  rep.check(comm.pending() <= static_cast<std::size_t>(how_many), label, me, "more pending than posted");
+  int completed = 0;
+  std::vector<char> seen(static_cast<std::size_t>(how_many), 0);
+  while (true) {
+    const std::size_t i = wait_any(std::span<request>(r));
+    if (i == r.size()) break;
+    rep.check(!seen[i]++, label, me, "wait_any returned index " + std::to_string(i) + " twice");
+    ++completed;
+  }
+  rep.check(completed == how_many, label, me, "wait_any completed " + std::to_string(completed));
+  rep.check(want == got, label, me, "a posted result differs from its blocking twin's");
+}
+
+/// Groups beside their world: operations of the world and of two groups split from it in flight
+/// at once, then the world and a group driven from two threads at the same time. Each result
+/// must equal what the same calls give one after another.
+template <class Comm>
+void check_groups_in_flight(Comm& world, report& rep) {
+  using namespace nonblocking_detail;
+  using T = std::int32_t;
+  const int me = world.rank(), p = world.size();
+  const std::string label = "groups with their own operations in flight on " + std::to_string(p) + " ranks";
+  auto group = world.split(me % 2, me);
+  if (!group) {
+    rep.fail(label, me, "split gave no group");
+    return;
+  }
+  const std::size_t n = 5000;
+  auto w_in = values<T>(me, n, 1), g_in = values<T>(me, n, 2);
+  auto w_want = w_in, g_want = g_in;
+  world.all_reduce(view(w_want), op::sum{});
+  group->all_reduce(view(g_want), op::sum{});
+  {
+    auto w = w_in, g = g_in, w2 = w_in, g2 = g_in;
+    auto r1 = world.iall_reduce(view(w), op::sum{});
+    auto r2 = group->iall_reduce(view(g), op::sum{});
+    auto r3 = group->iall_reduce(view(g2), op::sum{});
+    auto r4 = world.iall_reduce(view(w2), op::sum{});
+    wait_all(r1, r2, r3, r4);
+    rep.check(w == w_want && w2 == w_want, label, me, "a world all_reduce beside the group's differs");
+    rep.check(g == g_want && g2 == g_want, label, me, "a group all_reduce beside the world's differs");
+  }
+  // Two threads, one communicator each, 20 blocking calls each at the same time.
+  std::vector<T> w = w_in, g = g_in;
+  std::exception_ptr failed;
+  std::thread other([&] {
+    try {
+      for (int i = 0; i < 20; ++i) {
+        g = g_in;
+        group->all_reduce(view(g), op::sum{});
+      }
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  });
+  std::string mine;
+  try {
+    for (int i = 0; i < 20; ++i) {
+      w = w_in;
+      world.all_reduce(view(w), op::sum{});
+    }
+  } catch (const std::exception& e) {
+    mine = e.what();
+  }
+  other.join();
+  std::string theirs;
+  if (failed) try {
+      std::rethrow_exception(failed);
+    } catch (const std::exception& e) {
+      theirs = e.what();
+    }
+  rep.check(mine.empty(), label + ", world on one thread", me, "threw: " + mine);
+  rep.check(theirs.empty(), label + ", a group on another thread", me, "threw: " + theirs);
+  rep.check(w == w_want && g == g_want, label + ", two threads", me, "a result differs");
+}
+
+/// Ranks that disagree among their pending operations: `mismatch_error` (or `peer_lost`) from
+/// the waits on every rank, within the deadline.
+template <class Runner>
+void check_nonblocking_mismatches(Runner& run, report& rep) {
+  if (run.size() < 2) return;
+  const int odd = run.size() - 1;
+  struct way {
+    const char* name;
+    int how;
+  };
+  for (const way w : {way{"order of two pending operations", 0}, way{"count of the second pending operation", 1},
+                      way{"element type of the second pending operation", 2}}) {
+    const std::string label = std::string("pending operations that disagree (") + w.name + ") on " +
+                              std::to_string(run.size()) + " ranks";
+    auto call = [&](auto& comm) {
+      std::vector<std::int32_t> a(6, 1), b(6, 2);
+      std::vector<float> f(6, 1.f);
+      const bool me_odd = comm.rank() == odd;
+      request r1, r2;
+      if (w.how == 0 && me_odd) {
+        r1 = comm.ibroadcast(view(b), 0);
+        r2 = comm.iall_reduce(view(a), op::sum{});
+      } else {
+        r1 = comm.iall_reduce(view(a), op::sum{});
+        if (w.how == 1 && me_odd) r2 = comm.ibroadcast(view(b.data(), 5), 0);
+        else if (w.how == 2 && me_odd) r2 = comm.ibroadcast(view(f), 0);
+        else r2 = comm.ibroadcast(view(b), 0);
+      }
+      wait_all(r1, r2);
+    };
+    auto body = [&](auto& comm) {
+      comm.set_timeout(run.deadline());
+      return attempt(comm, call);
+    };
+    const auto out = run.run(body, label);
+    if (!run.judges()) continue;
+    int named = 0;
+    for (std::size_t r = 0; r < out.size(); ++r) {
+      const auto& o = out[r];
+      rep.check(o.k == kind::mismatch || o.k == kind::peer_lost, label, static_cast<int>(r),
+                "expected mismatch_error or peer_lost, got " + std::string(kind_name(o.k)) + ": " + o.what);
+      if (o.k == kind::mismatch) ++named;
+    }
+    rep.check(named > 0, label, -1, "no rank raised mismatch_error");
+  }
+}
+
+}  // namespace tutti::testing
