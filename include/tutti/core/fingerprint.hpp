@@ -63,6 +63,8 @@ TUTTI_COLD inline std::string fingerprint_summary(const fingerprint& f, std::str
   s += " #" + std::to_string(f.seq);
   if (info(f.coll).counts == counts_kind::per_rank) {
     if (f.shape) s += " counts=" + counts_text(f);
+  } else if (f.shape) {
+    s += " fused counts=" + counts_text(f);
   } else {
     s += " count=" + std::to_string(f.count);
   }
@@ -89,6 +91,9 @@ TUTTI_COLD inline std::string describe_difference(const fingerprint& mine, int m
   if (mine.count != theirs.count || mine.shape != theirs.shape) {
     if (info(mine.coll).counts == counts_kind::per_rank)
       return both("counts", counts_text(mine), counts_text(theirs)) + " (every rank passes the same counts)";
+    if (mine.shape || theirs.shape)  // a fused batch of all_reduces (communicator::fuse)
+      return both("fused counts", counts_text(mine), counts_text(theirs)) +
+             " (the ranks fused different all_reduces: their batches differ in the count, or number, of operations)";
     return both("count", std::to_string(mine.count), std::to_string(theirs.count));
   }
   if (mine.op != theirs.op)

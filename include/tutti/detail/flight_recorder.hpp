@@ -135,7 +135,9 @@ TUTTI_COLD inline void print_flight_slot(const flight_slot& slot, std::size_t ma
     l.put(collective_name(f.coll)).put("(").put(std::string_view(r.algorithm, strnlen(r.algorithm, sizeof r.algorithm)))
         .put(")");
     if (f.coll != collective::send_recv) l.put(" #").num(f.seq);
-    l.put(" count=").num(f.count).put(" dtype=");
+    // A uniform collective with counts in `shape` is a fused batch (communicator::fuse).
+    const bool fused = f.shape && info(f.coll).counts != counts_kind::per_rank;
+    l.put(fused ? " fused count=" : " count=").num(f.count).put(" dtype=");
     if (const char* dn = builtin_dtype_name(f.dtype)) l.put(dn);
     else l.put("user(").num(f.elem_size).put(" bytes)");
     if (f.op) l.put(" op=").put(op_name(f.op));

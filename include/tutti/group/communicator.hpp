@@ -612,7 +612,12 @@ class communicator {
     static_assert(detail::lasting<B>,
                   "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
     auto v = writable(buf, collective::all_reduce, "buf");
-    return post([this, v, op, a] { all_reduce(v, op, a); });
+    using T = detail::element_of<B>;
+    auto t = std::make_unique<reduce_task<T, Op, Algo>>(this, v, op, a);
+    auto state = t->state;
+    if (fusing_ && v.size_bytes() <= fusion_piece_bytes && fuses_exactly<T, Op>()) held_.push_back({std::move(t), &reduce_task<T, Op, Algo>::kind, v.size_bytes(), &reduce_task<T, Op, Algo>::fuse});
+    else submit(std::move(t));
+    return request(std::move(state));
   }
   template <class Algo = algo::inherit, viewable In, viewable Out, class Op = op::sum>
     requires std::same_as<detail::element_of<In>, detail::element_of<Out>> && reduce_op<Op, detail::element_of<Out>>
@@ -743,6 +748,43 @@ class communicator {
   /// Operations posted on this communicator and not yet complete.
   std::size_t pending() const noexcept { return engine_.pending(); }
 
+  /// A batch of operations posted together (like ncclGroupStart/ncclGroupEnd), returned by
+  /// `fuse()`: the in-place `iall_reduce`s of at most 256 KiB posted back to back while it is
+  /// open, of the same element type, op and algorithm, move as one transfer of at most
+  /// `max_bytes` (packed, reduced as one all_reduce, unpacked; their requests complete
+  /// together). The results are bitwise those of the separate calls: operations where the
+  /// order of a reduction could change a bit (floating-point sums and products of three or more
+  /// ranks, user ops) are posted unfused (see `fuses_exactly`). The fused transfer's fingerprint
+  /// carries every operation's count, so ranks whose batches differ get `mismatch_error`. Other
+  /// operations posted meanwhile keep their place in the order. It ends with `post()` or its
+  /// destructor; a blocking call posts what it holds first.
+  class batch {
+   public:
+    batch(batch&& o) noexcept : c_(std::exchange(o.c_, nullptr)) {}
+    batch& operator=(batch&&) = delete;
+    ~batch() { post(); }
+    /// Ends the batch: posts what it holds.
+    void post() {
+      if (communicator* c = std::exchange(c_, nullptr)) {
+        c->fusing_ = false;
+        c->release_held();
+      }
+    }
+
+   private:
+    friend class communicator;
+    explicit batch(communicator* c) noexcept : c_(c) {}
+    communicator* c_;
+  };
+  /// Opens a batch (see `batch`); one at a time per communicator.
+  [[nodiscard]] batch fuse(std::size_t max_bytes = std::size_t{4} << 20) {
+    if (fusing_) usage("fuse: a batch is already open on this communicator");
+    if (max_bytes == 0) usage("fuse: max_bytes must be positive");
+    fusing_ = true;
+    fusion_bytes_ = max_bytes;
+    return batch(this);
+  }
+
   // ---- groups -----------------------------------------------------------------------------
 
   /// A communicator of the listed ranks (new rank i is `ranks[i]`), sharing this one's links.
@@ -859,12 +901,125 @@ class communicator {
 
   /// A blocking call waits for the operations posted before it (it is ordered after them).
   void ordered() {
+    if (!held_.empty()) release_held();
     if (engine_.busy()) engine_.drain();
   }
 
+  using task_ptr = std::unique_ptr<detail::progress_engine::task>;
+  /// An operation a batch holds: `kind` and `fuse` for an all_reduce that may fuse with its
+  /// neighbours of the same kind (element type, op, algorithm).
+  struct held_op {
+    task_ptr t;
+    const void* kind = nullptr;
+    std::size_t bytes = 0;
+    task_ptr (*fuse)(communicator*, std::vector<task_ptr>&&) = nullptr;
+  };
+  static constexpr std::size_t fusion_piece_bytes = std::size_t{256} << 10;
+
+  /// Whether a fused all_reduce gives every element bitwise what the separate calls give: the
+  /// fused transfer may take another algorithm, or cut the buffer elsewhere, so each element's
+  /// reduction may be formed in another order. Exact where order cannot matter: min and max,
+  /// the bitwise ops, integers (wrapping sum and product are associative), and two ranks (one
+  /// combination per element, and IEEE addition and multiplication commute). Floating-point
+  /// sums and products (and avg) of three or more ranks are posted unfused, as are user ops.
+  template <class T, class Op>
+  bool fuses_exactly() const {
+    if constexpr (std::is_same_v<Op, op::min> || std::is_same_v<Op, op::max> || std::is_same_v<Op, op::band> ||
+                  std::is_same_v<Op, op::bor> || std::is_same_v<Op, op::bxor>)
+      return true;
+    else if constexpr (std::is_same_v<Op, op::sum> || std::is_same_v<Op, op::prod> || std::is_same_v<Op, op::avg>)
+      return std::is_integral_v<T> || size() <= 2;
+    else
+      return false;
+  }
+
+  void submit(task_ptr t) {
+    if (fusing_) held_.push_back({std::move(t)});
+    else engine_.get().post(std::move(t));
+  }
   template <class F>
   request post(F f) {
-    return request(engine_.get().post(std::make_unique<detail::task_of<F>>(std::move(f))));
+    auto t = std::make_unique<detail::task_of<F>>(std::move(f));
+    auto state = t->state;
+    submit(std::move(t));
+    return request(std::move(state));
+  }
+
+  /// Posts what a batch holds, in order, runs of fusable all_reduces of one kind as one task.
+  void release_held() {
+    auto held = std::move(held_);
+    held_.clear();
+    for (std::size_t i = 0; i < held.size();) {
+      std::size_t j = i + 1, bytes = held[i].bytes;
+      if (held[i].kind)
+        while (j < held.size() && held[j].kind == held[i].kind && bytes + held[j].bytes <= fusion_bytes_) bytes += held[j++].bytes;
+      if (j - i == 1) {
+        engine_.get().post(std::move(held[i].t));
+      } else {
+        std::vector<task_ptr> run;
+        for (std::size_t k = i; k < j; ++k) run.push_back(std::move(held[k].t));
+        engine_.get().post(held[i].fuse(this, std::move(run)));
+      }
+      i = j;
+    }
+  }
+
+  /// A posted in-place all_reduce, and how runs of them fuse.
+  template <class T, class Op, class Algo>
+  struct reduce_task final : detail::progress_engine::task {
+    reduce_task(communicator* c_, view<T, memory> v_, Op op_, Algo a_) : c(c_), v(v_), op(std::move(op_)), a(std::move(a_)) {}
+    void run() override { c->all_reduce(v, op, a); }
+    static inline const char kind = 0;  // its address tells the kinds apart
+    static task_ptr fuse(communicator* c, std::vector<task_ptr>&& members) {
+      return std::make_unique<fused_task<T, Op, Algo>>(c, std::move(members));
+    }
+    communicator* c;
+    view<T, memory> v;
+    Op op;
+    Algo a;
+  };
+  /// A run of all_reduces of one kind, as one: pack, reduce, unpack; completes each member's
+  /// request.
+  template <class T, class Op, class Algo>
+  struct fused_task final : detail::progress_engine::task {
+    fused_task(communicator* c_, std::vector<task_ptr>&& m) : c(c_), members(std::move(m)) {}
+    void run() override {
+      auto member = [&](std::size_t i) -> reduce_task<T, Op, Algo>& { return static_cast<reduce_task<T, Op, Algo>&>(*members[i]); };
+      std::vector<std::size_t> counts(members.size());
+      std::size_t total = 0;
+      for (std::size_t i = 0; i < members.size(); ++i) total += counts[i] = member(i).v.size();
+      std::vector<T> packed(total);
+      std::exception_ptr e;
+      try {
+        std::size_t at = 0;
+        for (std::size_t i = 0; i < members.size(); ++i) {
+          detail::copy_bytes(c->t_, packed.data() + at, member(i).v.data(), counts[i] * sizeof(T));
+          at += counts[i];
+        }
+        c->fused_all_reduce(view<T, memory>(packed.data(), total), counts, member(0).op, member(0).a);
+        at = 0;
+        for (std::size_t i = 0; i < members.size(); ++i) {
+          detail::copy_bytes(c->t_, member(i).v.data(), packed.data() + at, counts[i] * sizeof(T));
+          at += counts[i];
+        }
+      } catch (...) {
+        e = std::current_exception();
+      }
+      for (auto& m : members) detail::complete(*m->state, e);
+      if (e) std::rethrow_exception(e);
+    }
+    communicator* c;
+    std::vector<task_ptr> members;
+  };
+
+  /// all_reduce of a fused run: one call whose fingerprint carries the members' counts.
+  template <class T, class Op, class Algo>
+  void fused_all_reduce(view<T, memory> v, std::span<const std::size_t> counts, const Op& op, const Algo& a) {
+    auto fp = next_fp(collective::all_reduce, dtype_of<T>(), v.size(), -1, op_traits<Op>::id());
+    fp.shape = counts_digest(counts);
+    if (size() > 1)
+      run<collective::all_reduce>(a, fp, v.size_bytes(), [&](const auto& alg, auto& ch) { alg.all_reduce(ch, v, kernel_op(op)); });
+    finish(v, op);
   }
 
   // ---- buffers ------------------------------------------------------------------------------
@@ -1178,6 +1333,9 @@ class communicator {
   std::uint64_t context_ = 0;
   std::string broken_;
   bool noted_ = false;  // this rank left last words (a usage error) with its peers
+  bool fusing_ = false;  // a batch is open (fuse): posts are held in held_
+  std::size_t fusion_bytes_ = 0;
+  std::vector<held_op> held_;
 };
 
 }  // namespace tutti

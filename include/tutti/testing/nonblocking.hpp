@@ -4,6 +4,7 @@
 ///   its blocking twin gives, with every operation of a sequence posted before the first wait
 ///   and a blocking call among them (ordered after the ones posted before it);
 /// - 64 operations in flight at once, completed through `wait_any`;
+/// - a batch (`fuse`) of all_reduces moving as one transfer, bitwise as the separate calls;
 /// - groups split from a communicator with operations in flight beside it, and a group and its
 ///   world driven from two threads at once;
 /// - ranks that post their operations in different orders, or with different counts or element
@@ -12,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <exception>
 #include <thread>
 #include <numeric>
@@ -198,6 +200,47 @@ void check_many_in_flight(Comm& comm, report& rep, int how_many = 64) {
   rep.check(want == got, label, me, "a posted result differs from its blocking twin's");
 }
 
+/// A batch (`communicator::fuse`): 40 all_reduces of int32 (fused: exact), a float all_reduce
+/// and a broadcast among them (which keep their places), against the same calls one by one:
+/// bitwise equal, and the flight recorder shows a fused transfer.
+template <class Comm>
+void check_fused(Comm& comm, report& rep) {
+  using namespace nonblocking_detail;
+  using T = std::int32_t;
+  const int me = comm.rank();
+  const std::string label = "a fused batch on " + std::to_string(comm.size()) + " ranks";
+  std::vector<std::vector<T>> want, got;
+  for (int i = 0; i < 40; ++i) want.push_back(values<T>(me, static_cast<std::size_t>(1 + (i * 37) % 1500), i));
+  got = want;
+  auto f_want = values<float>(me, 333, 9), f_got = f_want;
+  auto b_want = values<T>(me, 100, 3), b_got = b_want;
+  for (int i = 0; i < 40; ++i) {
+    comm.all_reduce(view(want[static_cast<std::size_t>(i)]), op::sum{});
+    if (i == 20) {
+      comm.all_reduce(view(f_want), op::max{});
+      comm.broadcast(view(b_want), 0);
+    }
+  }
+  std::vector<request> r;
+  {
+    auto batch = comm.fuse();
+    for (int i = 0; i < 40; ++i) {
+      r.push_back(comm.iall_reduce(view(got[static_cast<std::size_t>(i)]), op::sum{}));
+      if (i == 20) {
+        r.push_back(comm.iall_reduce(view(f_got), op::max{}));
+        r.push_back(comm.ibroadcast(view(b_got), 0));
+      }
+    }
+  }
+  wait_all(std::span<request>(r));
+  rep.check(want == got, label, me, "a fused all_reduce's result differs from the separate call's");
+  rep.check(f_want == f_got && b_want == b_got, label, me, "an operation inside the batch differs");
+  // Where the process has a flight recorder slot for this communicator (64 per process).
+  const std::string record = comm.flight_record(64);
+  if (comm.size() > 1 && !record.empty())
+    rep.check(record.find("fused count=") != std::string::npos, label, me, "no fused transfer in the flight recorder:\n" + record);
+}
+
 /// Groups beside their world: operations of the world and of two groups split from it in flight
 /// at once, then the world and a group driven from two threads at the same time. Each result
 /// must equal what the same calls give one after another.
@@ -272,7 +315,8 @@ void check_nonblocking_mismatches(Runner& run, report& rep) {
     int how;
   };
   for (const way w : {way{"order of two pending operations", 0}, way{"count of the second pending operation", 1},
-                      way{"element type of the second pending operation", 2}}) {
+                      way{"element type of the second pending operation", 2},
+                      way{"count of one all_reduce of a fused batch", 3}}) {
     const std::string label = std::string("pending operations that disagree (") + w.name + ") on " +
                               std::to_string(run.size()) + " ranks";
     auto call = [&](auto& comm) {
@@ -280,6 +324,15 @@ void check_nonblocking_mismatches(Runner& run, report& rep) {
       std::vector<float> f(6, 1.f);
       const bool me_odd = comm.rank() == odd;
       request r1, r2;
+      if (w.how == 3) {
+        std::vector<std::int32_t> c(4, 1);
+        auto batch = comm.fuse();
+        r1 = comm.iall_reduce(view(a), op::sum{});
+        r2 = comm.iall_reduce(view(c.data(), me_odd ? 3 : 4), op::sum{});
+        batch.post();
+        wait_all(r1, r2);
+        return;
+      }
       if (w.how == 0 && me_odd) {
         r1 = comm.ibroadcast(view(b), 0);
         r2 = comm.iall_reduce(view(a), op::sum{});
