@@ -1005,7 +1005,8 @@ class communicator {
       } catch (...) {
         e = std::current_exception();
       }
-      for (auto& m : members) detail::complete(*m->state, e);
+      for (auto& m : members) detail::complete(*m->state, e, /*quiet=*/true);
+      detail::completion_signal::get().notify();
       if (e) std::rethrow_exception(e);
     }
     communicator* c;

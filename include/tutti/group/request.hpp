@@ -39,17 +39,20 @@ struct operation_state {
   std::exception_ptr error;  // written before `done` is set
 };
 
-/// Wakes every `wait_any` when any operation of the process completes (requests of different
-/// communicators may be waited on together).
+/// Wakes the `wait_any`s in progress when any operation of the process completes (requests of
+/// different communicators may be waited on together). Costs a completion nothing while no
+/// `wait_any` waits.
 struct completion_signal {
   std::mutex mu;
   std::condition_variable cv;
   std::uint64_t epoch = 0;
+  std::atomic<int> waiters{0};
   static completion_signal& get() {
     static completion_signal s;
     return s;
   }
   void notify() {
+    if (waiters.load(std::memory_order_seq_cst) == 0) return;
     {
       std::lock_guard lk(mu);
       ++epoch;
@@ -58,18 +61,18 @@ struct completion_signal {
   }
 };
 
-inline void complete(operation_state& s, std::exception_ptr e) {
+/// Marks `s` complete; wakes its waiter (`await`) and, unless `quiet` (the caller notifies the
+/// completion signal once for many), the `wait_any`s.
+inline void complete(operation_state& s, std::exception_ptr e, bool quiet = false) {
   s.error = std::move(e);
-  s.done.store(true, std::memory_order_release);
-  completion_signal::get().notify();
+  s.done.store(true, std::memory_order_seq_cst);
+  s.done.notify_all();
+  if (!quiet) completion_signal::get().notify();
 }
 
-/// Waits until `s` is done (on the completion signal: no spinning).
+/// Waits until `s` is done (a futex on its flag: no spinning, no shared lock).
 inline void await(const operation_state& s) {
-  if (s.done.load(std::memory_order_acquire)) return;
-  auto& sig = completion_signal::get();
-  std::unique_lock lk(sig.mu);
-  sig.cv.wait(lk, [&] { return s.done.load(std::memory_order_acquire); });
+  while (!s.done.load(std::memory_order_acquire)) s.done.wait(false, std::memory_order_acquire);
 }
 
 /// One communicator's progress engine: a thread running the posted operations in order.
@@ -278,12 +281,16 @@ inline std::size_t wait_any(std::span<request> rs) {
       }
     }
     if (!any) return rs.size();
-    std::unique_lock lk(sig.mu);
-    const auto seen = sig.epoch;
-    // Check again under the lock: a completion between the scan and here bumped the epoch.
-    bool ready = false;
-    for (auto& r : rs) ready = ready || (r.s_ && r.s_->done.load(std::memory_order_acquire));
-    if (!ready) sig.cv.wait(lk, [&] { return sig.epoch != seen; });
+    sig.waiters.fetch_add(1, std::memory_order_seq_cst);
+    {
+      std::unique_lock lk(sig.mu);
+      const auto seen = sig.epoch;
+      // Look again now that completions notify: one between the scan and here is seen here.
+      bool ready = false;
+      for (auto& r : rs) ready = ready || (r.s_ && r.s_->done.load(std::memory_order_seq_cst));
+      if (!ready) sig.cv.wait(lk, [&] { return sig.epoch != seen; });
+    }
+    sig.waiters.fetch_sub(1, std::memory_order_seq_cst);
   }
 }
 
