@@ -1,5 +1,6 @@
 // Randomized faults: every rank runs the same endless stream of random, verified collectives
-// (random_collectives.hpp); at collective `at` one random rank, the victim, starts a timer that
+// (random_collectives.hpp), every fourth step four iall_reduces pending at once (from the first
+// that fails, each must fail naming the victim); at collective `at` one random rank, the victim, starts a timer that
 // after `delay_us` sends its own process SIGKILL or SIGSTOP, so the fault lands at a random point,
 // often mid-collective. Every survivor must raise peer_lost or timeout_error naming the victim,
 // within TUTTI_TIMEOUT + 2 s of entering the collective that failed; it reports and exits 1 (a
@@ -18,9 +19,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "descriptors.hpp"
 #include "random_collectives.hpp"
@@ -79,6 +82,48 @@ int free_port() {
 
 }  // namespace
 
+/// Step i of every fourth: four iall_reduces of int32 posted at once, then each waited on. Those
+/// that complete before the fault must be right; from the first that fails, every one must fail
+/// naming the victim (the operations queued behind a failed one fail with its error, at once),
+/// and the first error is rethrown for main's verdict.
+template <class Comm>
+void pending_step(Comm& comm, std::uint64_t i, int victim) {
+  const int p = comm.size(), me = comm.rank();
+  std::vector<std::vector<std::int32_t>> bufs(4);
+  std::vector<tutti::request> rs;
+  for (std::size_t k = 0; k < bufs.size(); ++k) {
+    bufs[k].resize(1 + (i * 131 + k * 977) % 20000);
+    for (std::size_t j = 0; j < bufs[k].size(); ++j) bufs[k][j] = static_cast<std::int32_t>(me * 7 + static_cast<int>(j));
+    rs.push_back(comm.iall_reduce(tutti::view(bufs[k]), tutti::op::sum{}));
+  }
+  std::exception_ptr first;
+  for (std::size_t k = 0; k < rs.size(); ++k) {
+    try {
+      rs[k].wait();
+      if (first) {
+        std::printf("rank %d: pending operation %zu of 4 completed after an earlier one failed\n", me, k);
+        std::fflush(stdout);
+        std::_Exit(3);
+      }
+      for (std::size_t j = 0; j < bufs[k].size(); ++j)
+        if (bufs[k][j] != static_cast<std::int32_t>(7 * p * (p - 1) / 2 + p * static_cast<int>(j))) {
+          std::printf("WRONG RESULT rank %d pending step %llu operation %zu element %zu\n", me,
+                      static_cast<unsigned long long>(i), k, j);
+          std::fflush(stdout);
+          std::_Exit(3);
+        }
+    } catch (const tutti::error& e) {
+      if (!first) first = std::current_exception();
+      if (std::string(e.what()).find("rank " + std::to_string(victim)) == std::string::npos) {
+        std::printf("rank %d: pending operation %zu of 4 failed without naming rank %d: %s\n", me, k, victim, e.what());
+        std::fflush(stdout);
+        std::_Exit(3);
+      }
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
 int main(int argc, char** argv) {
   if (argc == 3 && std::string(argv[1]) == "--plan") {
     const plan p = make_plan(std::strtoull(argv[2], nullptr, 0));
@@ -123,8 +168,12 @@ int main(int argc, char** argv) {
         std::printf("rank %d: no failure seen in 100000 collectives after the victim's signal\n", comm.rank());
         return 3;
       }
-      s = make_step(seed, i, comm.size());
       entered = clock::now();
+      if (i % 4 == 3) {  // four operations pending at once: every one must fail naming the victim
+        pending_step(comm, i, p.victim);
+        continue;
+      }
+      s = make_step(seed, i, comm.size());
       if (auto o = run_step(comm, s, i); !o.wrong.empty()) {
         std::printf("WRONG RESULT rank %d collective %llu (%s): %s\n", comm.rank(),
                     static_cast<unsigned long long>(i), s.describe().c_str(), o.wrong.c_str());

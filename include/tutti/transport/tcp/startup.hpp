@@ -225,12 +225,12 @@ TUTTI_COLD inline std::shared_ptr<connections> connect_all(const job_env& job, c
       throw config_error("tcp start-up: rank " + std::to_string(j) + " published a malformed address '" + where + "'");
     }
   };
+  // Every rank's address (groups connect again later), while the store is sure to be there.
   m->addresses.resize(static_cast<std::size_t>(P));
-  m->addresses[static_cast<std::size_t>(R)] = me;
+  for (int j = 0; j < P; ++j) m->addresses[static_cast<std::size_t>(j)] = j == R ? me : address_of(j);
   // 1. Connect to every higher rank; the hello goes out at once, the answer is read in step 3.
   for (int j = R + 1; j < P; ++j) {
-    const auto ep = address_of(j);
-    m->addresses[static_cast<std::size_t>(j)] = ep;
+    const auto ep = m->addresses[static_cast<std::size_t>(j)];
     for (int s = 0; s < S; ++s) {
       auto l = std::make_unique<link>(m->io);
       connect(*l, ep, m->opt, deadline, R, j);
@@ -243,7 +243,6 @@ TUTTI_COLD inline std::shared_ptr<connections> connect_all(const job_env& job, c
   // 2. Accept every lower rank's connections. The acceptor stays open for the groups' own.
   accept_all(*m, acceptor, job, token, deadline);
   m->acceptor = std::make_unique<asio::ip::tcp::acceptor>(std::move(acceptor));
-  for (int j = 0; j < R; ++j) m->addresses[static_cast<std::size_t>(j)] = address_of(j);
   // 3. Every higher rank's answer.
   for (int j = R + 1; j < P; ++j)
     for (auto& l : m->peers[static_cast<std::size_t>(j)]) {
@@ -312,32 +311,36 @@ TUTTI_COLD inline std::shared_ptr<connections> connect_group(const std::shared_p
         l->sock.non_blocking(true, ec);
         const auto peer = l->sock.remote_endpoint(ec);
         const std::string from = ec ? std::string("an unknown address") : sockaddr_text(peer);
-        // Members send their hello at once: read it whole, briefly.
+        // Members send their hello at once, and their first message may follow it at once: read
+        // the hello's bytes exactly, briefly.
         std::string in;
         std::optional<group_hello> h;
         std::string why;
         const auto until = std::min(deadline, clock::now() + net::hello_within);
+        auto take = [&](std::size_t n) {
+          const std::size_t at = in.size();
+          in.resize(at + n);
+          io_by(*l, in.data() + at, n, false, until, "reading a group hello from " + from);
+        };
+        auto length_at = [&](std::size_t at) { return net::reader{std::string_view(in).substr(at)}.num<std::uint32_t>(); };
         try {
-          while (!h) {
-            char c[512];
-            const std::size_t want = std::min(sizeof c, max_group_hello_bytes + 1 - in.size());
-            const std::size_t got = l->sock.read_some(asio::buffer(c, want), ec);
-            in.append(c, got);
-            if (ec == asio::error::would_block || ec == asio::error::try_again) {
-              if (clock::now() >= until) throw net::malformed("no complete hello in time");
-              pollfd pf{l->fd(), POLLIN, 0};
-              ::poll(&pf, 1, 10);
-            } else if (ec) {
-              throw net::malformed("the connection closed during its hello");
-            }
-            h = parse_group_hello(in);
-            if (!h && in.size() > max_group_hello_bytes) throw net::malformed("hello too long");
-          }
+          take(group_hello_fixed + 4);
+          (void)parse_group_hello(in);  // the magic, before any length is trusted
+          const std::uint32_t job_bytes = length_at(group_hello_fixed);
+          if (job_bytes > max_job_id) throw net::malformed("job id of " + std::to_string(job_bytes) + " bytes");
+          take(job_bytes + 4);
+          const std::uint32_t token_bytes = length_at(in.size() - 4);
+          if (token_bytes > net::max_token) throw net::malformed("token of " + std::to_string(token_bytes) + " bytes");
+          take(token_bytes);
+          h = parse_group_hello(in);
+          if (!h) throw net::malformed("incomplete hello");
           if (h->version != hello_version) why = "protocol version " + std::to_string(h->version);
           else if (!net::same_token(h->token, w->token) || h->job_id != w->job_id) why = "wrong job token or job id: not a rank of this job";
           else if (h->from < 0 || h->from >= w->world_size || h->stream < 0 || h->stream >= S) why = "no such rank or stream";
         } catch (const net::malformed& e) {
           why = e.reason;
+        } catch (const error& e) {
+          why = e.what();
         }
         if (!why.empty()) {
           log_refusal(R, from, why, w->refusals_logged);
