@@ -33,8 +33,10 @@
 namespace tutti::detail::tcp_impl {
 
 /// Accepts the S connections of every lower rank; strangers are ignored, bad hellos refused.
-TUTTI_COLD inline void accept_all(connections& m, asio::ip::tcp::acceptor& acceptor, const job_env& job,
-                       const std::string& token, std::chrono::steady_clock::time_point deadline) {
+/// `learn(r)` is called for each lower rank r once, before its first connection is answered.
+template <class Learn>
+TUTTI_COLD void accept_all(connections& m, asio::ip::tcp::acceptor& acceptor, const job_env& job,
+                           const std::string& token, std::chrono::steady_clock::time_point deadline, Learn&& learn) {
   const int S = m.opt.streams, R = job.rank;
   struct waiting {
     std::unique_ptr<link> l;
@@ -134,6 +136,9 @@ TUTTI_COLD inline void accept_all(connections& m, asio::ip::tcp::acceptor& accep
         refusal = "rank " + std::to_string(from) + " (stream " + std::to_string(stream) + ") should not connect to rank " + std::to_string(R);
       else if (m.peers[static_cast<std::size_t>(from)][static_cast<std::size_t>(stream)])
         refusal = "two processes connect as rank " + std::to_string(from) + " (stream " + std::to_string(stream) + ")";
+      if (refusal.empty() && std::none_of(m.peers[static_cast<std::size_t>(from)].begin(),
+                                          m.peers[static_cast<std::size_t>(from)].end(), [](const auto& l) { return l != nullptr; }))
+        learn(from);
       net::writer a;
       a.num(hello_magic).num(static_cast<std::uint8_t>(refusal.empty() ? 0 : 1)).str(refusal);
       try {
@@ -225,9 +230,12 @@ TUTTI_COLD inline std::shared_ptr<connections> connect_all(const job_env& job, c
       throw config_error("tcp start-up: rank " + std::to_string(j) + " published a malformed address '" + where + "'");
     }
   };
-  // Every rank's address (groups connect again later), while the store is sure to be there.
+  // Every rank's address, for the groups' own connections: the higher ones now, each lower one
+  // as its connection is accepted, before it is answered (it published before connecting, and
+  // rank 0, which serves the store, cannot have finished its start-up before the answer).
   m->addresses.resize(static_cast<std::size_t>(P));
-  for (int j = 0; j < P; ++j) m->addresses[static_cast<std::size_t>(j)] = j == R ? me : address_of(j);
+  m->addresses[static_cast<std::size_t>(R)] = me;
+  for (int j = R + 1; j < P; ++j) m->addresses[static_cast<std::size_t>(j)] = address_of(j);
   // 1. Connect to every higher rank; the hello goes out at once, the answer is read in step 3.
   for (int j = R + 1; j < P; ++j) {
     const auto ep = m->addresses[static_cast<std::size_t>(j)];
@@ -241,7 +249,7 @@ TUTTI_COLD inline std::shared_ptr<connections> connect_all(const job_env& job, c
     }
   }
   // 2. Accept every lower rank's connections. The acceptor stays open for the groups' own.
-  accept_all(*m, acceptor, job, token, deadline);
+  accept_all(*m, acceptor, job, token, deadline, [&](int j) { m->addresses[static_cast<std::size_t>(j)] = address_of(j); });
   m->acceptor = std::make_unique<asio::ip::tcp::acceptor>(std::move(acceptor));
   // 3. Every higher rank's answer.
   for (int j = R + 1; j < P; ++j)
