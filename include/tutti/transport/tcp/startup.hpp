@@ -33,10 +33,8 @@
 namespace tutti::detail::tcp_impl {
 
 /// Accepts the S connections of every lower rank; strangers are ignored, bad hellos refused.
-/// `learn(r)` is called for each lower rank r once, before its first connection is answered.
-template <class Learn>
-TUTTI_COLD void accept_all(connections& m, asio::ip::tcp::acceptor& acceptor, const job_env& job,
-                           const std::string& token, std::chrono::steady_clock::time_point deadline, Learn&& learn) {
+TUTTI_COLD inline void accept_all(connections& m, asio::ip::tcp::acceptor& acceptor, const job_env& job,
+                       const std::string& token, std::chrono::steady_clock::time_point deadline) {
   const int S = m.opt.streams, R = job.rank;
   struct waiting {
     std::unique_ptr<link> l;
@@ -136,9 +134,6 @@ TUTTI_COLD void accept_all(connections& m, asio::ip::tcp::acceptor& acceptor, co
         refusal = "rank " + std::to_string(from) + " (stream " + std::to_string(stream) + ") should not connect to rank " + std::to_string(R);
       else if (m.peers[static_cast<std::size_t>(from)][static_cast<std::size_t>(stream)])
         refusal = "two processes connect as rank " + std::to_string(from) + " (stream " + std::to_string(stream) + ")";
-      if (refusal.empty() && std::none_of(m.peers[static_cast<std::size_t>(from)].begin(),
-                                          m.peers[static_cast<std::size_t>(from)].end(), [](const auto& l) { return l != nullptr; }))
-        learn(from);
       net::writer a;
       a.num(hello_magic).num(static_cast<std::uint8_t>(refusal.empty() ? 0 : 1)).str(refusal);
       try {
@@ -230,9 +225,9 @@ TUTTI_COLD inline std::shared_ptr<connections> connect_all(const job_env& job, c
       throw config_error("tcp start-up: rank " + std::to_string(j) + " published a malformed address '" + where + "'");
     }
   };
-  // Every rank's address, for the groups' own connections: the higher ones now, each lower one
-  // as its connection is accepted, before it is answered (it published before connecting, and
-  // rank 0, which serves the store, cannot have finished its start-up before the answer).
+  // Every rank's address, for the groups' own connections: the higher ones now; the lower ones
+  // come over the mesh in step 4, since the store (rank 0's) may be gone by the time a rank
+  // has accepted them.
   m->addresses.resize(static_cast<std::size_t>(P));
   m->addresses[static_cast<std::size_t>(R)] = me;
   for (int j = R + 1; j < P; ++j) m->addresses[static_cast<std::size_t>(j)] = address_of(j);
@@ -249,7 +244,7 @@ TUTTI_COLD inline std::shared_ptr<connections> connect_all(const job_env& job, c
     }
   }
   // 2. Accept every lower rank's connections. The acceptor stays open for the groups' own.
-  accept_all(*m, acceptor, job, token, deadline, [&](int j) { m->addresses[static_cast<std::size_t>(j)] = address_of(j); });
+  accept_all(*m, acceptor, job, token, deadline);
   m->acceptor = std::make_unique<asio::ip::tcp::acceptor>(std::move(acceptor));
   // 3. Every higher rank's answer.
   for (int j = R + 1; j < P; ++j)
@@ -269,6 +264,33 @@ TUTTI_COLD inline std::shared_ptr<connections> connect_all(const job_env& job, c
       if (a.status != 0)
         throw config_error("tcp start-up: rank " + std::to_string(j) + " refused rank " + std::to_string(R) + ": " + msg);
     }
+  // 4. Each rank tells every higher one the address it listens on, on stream 0, before any
+  // message: u16 port, then the address as text (u32 length + bytes). All are written first,
+  // then read.
+  const std::string here = me.address().to_string();
+  for (int j = R + 1; j < P; ++j) {
+    net::writer w;
+    w.num(static_cast<std::uint16_t>(me.port())).str(here);
+    io_by(*m->peers[static_cast<std::size_t>(j)][0], w.out.data(), w.out.size(), true, deadline,
+          "telling rank " + std::to_string(j) + " where this rank listens");
+  }
+  for (int j = 0; j < R; ++j) {
+    link& l = *m->peers[static_cast<std::size_t>(j)][0];
+    const std::string what = "reading where rank " + std::to_string(j) + " listens";
+    char head[6];
+    io_by(l, head, sizeof head, false, deadline, what);
+    net::reader r{std::string_view(head, sizeof head)};
+    const auto port = r.num<std::uint16_t>();
+    const auto n = r.num<std::uint32_t>();
+    if (n > 256) throw config_error("tcp start-up: rank " + std::to_string(j) + " sent an address of " + std::to_string(n) + " bytes");
+    std::string text(n, '\0');
+    io_by(l, text.data(), n, false, deadline, what);
+    try {
+      m->addresses[static_cast<std::size_t>(j)] = asio::ip::tcp::endpoint(asio::ip::make_address(text), port);
+    } catch (const std::exception&) {
+      throw config_error("tcp start-up: rank " + std::to_string(j) + " sent a malformed address '" + text + "'");
+    }
+  }
   return m;
 }
 
