@@ -25,7 +25,6 @@
 #include <cstring>
 #include <deque>
 #include <exception>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -88,8 +87,14 @@ struct world {
   std::mutex mu;
   std::vector<mailbox> boxes;
   /// What a rank is blocked in, per communicator context: the world and its groups may each be
-  /// driven by a thread of their own.
-  std::vector<std::map<std::uint64_t, blocked>> waiting;
+  /// driven by a thread of their own. A deque (references stay valid while another context
+  /// adds its entry) of entries that are reused, so a wait allocates nothing after the first.
+  struct blocked_in_context {
+    std::uint64_t context = 0;
+    bool active = false;
+    blocked b;
+  };
+  std::vector<std::deque<blocked_in_context>> waiting;
   std::vector<rank_state> state;
   std::vector<std::string> failure;
   std::vector<std::string> note;  // a rank's last words (a usage error), while it is running
@@ -177,6 +182,7 @@ class inproc {
   inproc sub(std::span<const int> members, std::uint64_t context) const {
     inproc t = *this;
     t.group_ = group_.sub(members, context);
+    t.entry_ = nullptr;
     return t;
   }
 
@@ -339,17 +345,22 @@ class inproc {
   template <class Ready>
   void wait(std::unique_lock<std::mutex>& lk, int peer, const header& h, const wait_context& w, const char* doing,
             const envelope* sending, Ready ready) {
-    auto& mine = world_->waiting[static_cast<std::size_t>(group_.world_rank())];
-    auto& self = mine[group_.context()];
-    self = detail::inproc_impl::blocked{h.fp, world_rank(peer), sending};
-    self.fp.context = group_.context();
+    if (!entry_) {  // this communicator's entry, found (or made) once
+      auto& mine = world_->waiting[static_cast<std::size_t>(group_.world_rank())];
+      auto it = std::find_if(mine.begin(), mine.end(), [&](const auto& e) { return e.context == group_.context(); });
+      entry_ = it != mine.end() ? &*it : &mine.emplace_back();
+      entry_->context = group_.context();
+    }
+    auto& entry = *entry_;
+    entry.b = detail::inproc_impl::blocked{h.fp, world_rank(peer), sending};
+    entry.b.fp.context = group_.context();
+    entry.active = true;
     // The peer may be waiting for us: let it see what we are blocked in.
     world_->boxes[static_cast<std::size_t>(world_rank(peer))].cv.notify_all();
     struct clear_on_exit {
-      std::map<std::uint64_t, detail::inproc_impl::blocked>& m;
-      std::uint64_t context;
-      ~clear_on_exit() { m.erase(context); }
-    } guard{mine, group_.context()};
+      bool& active;
+      ~clear_on_exit() { active = false; }
+    } guard{entry.active};
     const toolkit::wait_subject subject{h, rank(), doing, peer};
     bool last_look = false;
     // `ready()` may take what it finds (a receive dequeues the envelope): call it once per look.
@@ -440,13 +451,14 @@ class inproc {
 
   /// What world rank `wr` is blocked in on this communicator (its context), or null.
   const detail::inproc_impl::blocked* blocked_in(int wr) const {
-    const auto& m = world_->waiting[static_cast<std::size_t>(wr)];
-    const auto it = m.find(group_.context());
-    return it == m.end() ? nullptr : &it->second;
+    for (const auto& e : world_->waiting[static_cast<std::size_t>(wr)])
+      if (e.context == group_.context()) return e.active ? &e.b : nullptr;
+    return nullptr;
   }
 
   std::shared_ptr<world> world_;
   toolkit::group_map group_;
+  detail::inproc_impl::world::blocked_in_context* entry_ = nullptr;  // in world_->waiting, under its lock
 };
 
 static_assert(transport<inproc> && zero_copy_recv<inproc> && failure_notices<inproc> && last_words<inproc>);
