@@ -52,6 +52,17 @@ inline std::string hello_text(int from, int world, int stream, int streams, cons
   return w.out;
 }
 
+/// A hello's length-prefixed field (u32 length + bytes) from `r` into `out`: false while
+/// incomplete; `malformed` as soon as a length over `cap` has arrived.
+inline bool hello_field(net::reader& r, std::string_view& out, std::size_t cap, const char* what) {
+  if (r.in.size() < 4) return false;
+  const auto n = net::reader{r.in}.num<std::uint32_t>();
+  if (n > cap) throw net::malformed(std::string(what) + " of " + std::to_string(n) + " bytes");
+  if (r.in.size() < 4 + std::size_t{n}) return false;
+  out = r.str(cap);
+  return true;
+}
+
 /// Parses the hello at the front of `in`: empty while incomplete; `malformed` for another magic,
 /// or a job id or token longer than its cap (as soon as its length has arrived).
 inline std::optional<mesh_hello> parse_mesh_hello(std::string_view in) {
@@ -66,16 +77,7 @@ inline std::optional<mesh_hello> parse_mesh_hello(std::string_view in) {
   h.world = r.num<std::int32_t>();
   h.stream = r.num<std::int32_t>();
   h.streams = r.num<std::int32_t>();
-  // A length-prefixed field: false while incomplete.
-  auto field = [&](std::string_view& out, std::size_t cap, const char* what) {
-    if (r.in.size() < 4) return false;
-    const auto n = net::reader{r.in}.num<std::uint32_t>();
-    if (n > cap) throw malformed(std::string(what) + " of " + std::to_string(n) + " bytes");
-    if (r.in.size() < 4 + std::size_t{n}) return false;
-    out = r.str(cap);
-    return true;
-  };
-  if (!field(h.job_id, max_job_id, "job id") || !field(h.token, net::max_token, "token")) return std::nullopt;
+  if (!hello_field(r, h.job_id, max_job_id, "job id") || !hello_field(r, h.token, net::max_token, "token")) return std::nullopt;
   h.size = in.size() - r.in.size();
   return h;
 }
@@ -113,15 +115,7 @@ inline std::optional<group_hello> parse_group_hello(std::string_view in) {
   h.from = r.num<std::int32_t>();
   h.stream = r.num<std::int32_t>();
   h.context = r.num<std::uint64_t>();
-  auto field = [&](std::string_view& out, std::size_t cap, const char* what) {
-    if (r.in.size() < 4) return false;
-    const auto n = net::reader{r.in}.num<std::uint32_t>();
-    if (n > cap) throw malformed(std::string(what) + " of " + std::to_string(n) + " bytes");
-    if (r.in.size() < 4 + std::size_t{n}) return false;
-    out = r.str(cap);
-    return true;
-  };
-  if (!field(h.job_id, max_job_id, "job id") || !field(h.token, net::max_token, "token")) return std::nullopt;
+  if (!hello_field(r, h.job_id, max_job_id, "job id") || !hello_field(r, h.token, net::max_token, "token")) return std::nullopt;
   return h;
 }
 
