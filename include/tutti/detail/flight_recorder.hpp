@@ -59,6 +59,7 @@ struct flight_entry {
 struct flight_slot {
   std::atomic<bool> used{false};
   std::atomic<std::uint64_t> next{0};  ///< operations recorded so far
+  std::atomic<std::uint64_t> waiting{0};  ///< posted (non-blocking) and not yet started
   int rank = 0;
   int size = 0;
   std::uint64_t context = 0;
@@ -153,6 +154,11 @@ TUTTI_COLD inline void print_flight_slot(const flight_slot& slot, std::size_t ma
           .put(" us");
     l.write_line(fd);
   }
+  if (const std::uint64_t w = slot.waiting.load(std::memory_order_relaxed)) {
+    l.put("[tutti rank ").num(static_cast<std::uint64_t>(slot.rank)).put("]   and ").num(w)
+        .put(w == 1 ? " posted operation" : " posted operations").put(" waiting to start");
+    l.write_line(fd);
+  }
 }
 
 inline void flight_signal_handler(int) noexcept {
@@ -206,6 +212,7 @@ class flight_recorder {
         s.size = size;
         s.context = context;
         s.next.store(0, std::memory_order_release);
+        s.waiting.store(0, std::memory_order_release);
         slot_ = &s;
         break;
       }
@@ -221,6 +228,10 @@ class flight_recorder {
     return *this;
   }
   ~flight_recorder() { release(); }
+
+  /// The count of posted operations not yet started, which the progress engine keeps (null
+  /// without a slot).
+  std::atomic<std::uint64_t>* waiting() noexcept { return slot_ ? &slot_->waiting : nullptr; }
 
   /// Records the start of an operation; returns its index for `end`.
   std::uint64_t begin(const fingerprint& fp, std::string_view algorithm) noexcept {

@@ -123,8 +123,9 @@ class engine_slot {
   /// Operations are posted and the caller is not the engine (which runs them in order).
   bool busy() const noexcept { return e_ && !e_->idle() && !e_->on_engine(); }
   std::size_t pending() const noexcept { return e_ ? e_->pending() : 0; }
-  progress_engine& get() {
-    if (!e_) e_ = std::make_unique<progress_engine>();
+  /// The engine, made on first use; `waiting` (may be null) counts what it has not started.
+  progress_engine& get(std::atomic<std::uint64_t>* waiting) {
+    if (!e_) e_ = std::make_unique<progress_engine>(waiting);
     return *e_;
   }
 
@@ -725,15 +726,22 @@ class communicator {
     return post([this, in, out, counts, op, a] { reduce_scatter_v(in, out, counts, op, a); });
   }
 
-  /// `send`, posted. Point-to-point operations run like the others, one at a time in the order
-  /// posted: a posted `recv` waits for its message before anything posted after it starts, so
-  /// two ranks exchanging messages larger than the transport buffers must post the send on one
-  /// side and the receive on the other first (or the later one times out naming the peer).
+  /// `send`, posted. Outside a batch, point-to-point operations run like the others, one at a
+  /// time in the order posted: a posted `recv` waits for its message before anything posted
+  /// after it starts, so two ranks that both send first a message larger than the transport
+  /// buffers wait on each other (the later one times out naming the peer). Posted inside a
+  /// batch (`fuse()`, like ncclGroupStart/End), a run of sends and receives goes as one group
+  /// that never deadlocks (see `p2p_group_task`): `auto b = comm.fuse(); auto s =
+  /// comm.isend(x, right); auto r = comm.irecv(y, left); b.post();`.
   template <viewable B>
   request isend(B&& data_buf, int peer, int tag = 0) {
     static_assert(detail::lasting<B>,
                   "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
     auto data = readable(data_buf);
+    using U = detail::element_of<B>;
+    if (fusing_)
+      return hold_p2p({true, peer, tag, p2p_fp(dtype_of<U>(), data.size(), tag),
+                       const_cast<std::byte*>(reinterpret_cast<const std::byte*>(data.data())), data.size_bytes()});
     return post([this, data, peer, tag] { send(data, peer, tag); });
   }
   /// `recv`, posted (see `isend`).
@@ -742,6 +750,10 @@ class communicator {
     static_assert(detail::lasting<B>,
                   "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
     auto data = writable(data_buf, collective::send_recv, "data");
+    using T = detail::element_of<B>;
+    if (fusing_)
+      return hold_p2p({false, peer, tag, p2p_fp(dtype_of<T>(), data.size(), tag),
+                       reinterpret_cast<std::byte*>(data.data()), data.size_bytes()});
     return post([this, data, peer, tag] { recv(data, peer, tag); });
   }
 
@@ -913,6 +925,7 @@ class communicator {
     const void* kind = nullptr;
     std::size_t bytes = 0;
     task_ptr (*fuse)(communicator*, std::vector<task_ptr>&&) = nullptr;
+    bool p2p = false;  // a send or receive (p2p_task): runs of them go as one p2p_group_task
   };
   static constexpr std::size_t fusion_piece_bytes = std::size_t{256} << 10;
 
@@ -933,10 +946,13 @@ class communicator {
       return false;
   }
 
+  /// Posts `t` (which completes `requests` requests), or holds it while a batch is open.
+  /// Posts `t`, or holds it while a batch is open.
   void submit(task_ptr t) {
     if (fusing_) held_.push_back({std::move(t)});
-    else engine_.get().post(std::move(t));
+    else enqueue(std::move(t));
   }
+  void enqueue(task_ptr t) { engine_.get(recorder_.waiting()).post(std::move(t)); }
   template <class F>
   request post(F f) {
     auto t = std::make_unique<detail::task_of<F>>(std::move(f));
@@ -945,7 +961,8 @@ class communicator {
     return request(std::move(state));
   }
 
-  /// Posts what a batch holds, in order, runs of fusable all_reduces of one kind as one task.
+  /// Posts what a batch holds, in order: runs of fusable all_reduces of one kind as one task,
+  /// runs of sends and receives as one group.
   void release_held() {
     auto held = std::move(held_);
     held_.clear();
@@ -953,14 +970,83 @@ class communicator {
       std::size_t j = i + 1, bytes = held[i].bytes;
       if (held[i].kind)
         while (j < held.size() && held[j].kind == held[i].kind && bytes + held[j].bytes <= fusion_bytes_) bytes += held[j++].bytes;
-      if (j - i == 1) {
-        engine_.get().post(std::move(held[i].t));
-      } else {
-        std::vector<task_ptr> run;
-        for (std::size_t k = i; k < j; ++k) run.push_back(std::move(held[k].t));
-        engine_.get().post(held[i].fuse(this, std::move(run)));
-      }
+      else if (held[i].p2p)
+        while (j < held.size() && held[j].p2p) ++j;
+      const std::size_t n = j - i;
+      std::vector<task_ptr> run;
+      for (std::size_t k = i; k < j; ++k) run.push_back(std::move(held[k].t));
+      if (n == 1) enqueue(std::move(run.front()));
+      else if (held[i].p2p) enqueue(std::make_unique<p2p_group_task>(this, std::move(run)));
+      else enqueue(held[i].fuse(this, std::move(run)));
       i = j;
+    }
+  }
+
+  /// A send or receive, type-erased (its fingerprint says the dtype, count and tag).
+  struct p2p_op {
+    bool send;
+    int peer, tag;
+    fingerprint fp;
+    std::byte* data;  // read only for a send
+    std::size_t bytes;
+  };
+  /// A send or receive posted in a batch.
+  struct p2p_task final : detail::progress_engine::task {
+    p2p_task(communicator* c_, const p2p_op& o) : c(c_), op(o) {}
+    void run() override { c->run_p2p(std::span<const p2p_op>(&op, 1)); }
+    communicator* c;
+    p2p_op op;
+  };
+  request hold_p2p(const p2p_op& o) {
+    auto t = std::make_unique<p2p_task>(this, o);
+    auto state = t->state;
+    held_.push_back({std::move(t), nullptr, 0, nullptr, true});
+    return request(std::move(state));
+  }
+  /// A run of sends and receives posted in a batch, as one; completes each member's request.
+  struct p2p_group_task final : detail::progress_engine::task {
+    p2p_group_task(communicator* c_, std::vector<task_ptr>&& m) : c(c_) {
+      for (auto& t : m) {
+        ops.push_back(static_cast<p2p_task&>(*t).op);
+        members.push_back(t->state);
+      }
+    }
+    void run() override { c->run_p2p(ops); }
+    communicator* c;
+    std::vector<p2p_op> ops;
+  };
+
+  /// Runs a group of sends and receives without deadlock, whatever their order and peers, as
+  /// long as every rank's messages match: in steps k = 1 .. size-1, every rank sends what goes
+  /// to rank + k while it receives what comes from rank - k, the i-th send and the i-th
+  /// receive of the step as one full-duplex sendrecv. At step k, rank r's i-th send is the
+  /// i-th receive of rank r + k in that same step (each pair's messages keep their order), so
+  /// every rank's i-th operation needs only its neighbours' i-th: all complete, step by step.
+  void run_p2p(std::span<const p2p_op> ops) {
+    for (const p2p_op& o : ops) check_peer(o.peer, o.tag, o.send ? "isend" : "irecv");
+    const int n = size(), r = rank();
+    std::vector<const p2p_op*> out, in;
+    for (int k = 1; k < n; ++k) {
+      const int to = (r + k) % n, from = (r - k + n) % n;
+      out.clear();
+      in.clear();
+      for (const p2p_op& o : ops) {
+        if (o.send && o.peer == to) out.push_back(&o);
+        if (!o.send && o.peer == from) in.push_back(&o);
+      }
+      for (std::size_t i = 0; i < std::max(out.size(), in.size()); ++i) {
+        const p2p_op* s = i < out.size() ? out[i] : nullptr;
+        const p2p_op* v = i < in.size() ? in[i] : nullptr;
+        channel<Transport> ch(t_, (s ? s : v)->fp, "p2p", cfg_.timeout, scratch_, aborted_.get());
+        recorded(ch, [&] {
+          if (s && v)
+            t_.sendrecv(to, header{s->fp, s->bytes}, s->data, from, header{v->fp, v->bytes}, v->data, ch.wait());
+          else if (s)
+            t_.send(to, header{s->fp, s->bytes}, s->data, ch.wait());
+          else
+            t_.recv(from, header{v->fp, v->bytes}, v->data, ch.wait());
+        });
+      }
     }
   }
 
@@ -982,35 +1068,29 @@ class communicator {
   /// request.
   template <class T, class Op, class Algo>
   struct fused_task final : detail::progress_engine::task {
-    fused_task(communicator* c_, std::vector<task_ptr>&& m) : c(c_), members(std::move(m)) {}
+    fused_task(communicator* c_, std::vector<task_ptr>&& m) : c(c_), parts(std::move(m)) {
+      for (auto& t : parts) members.push_back(t->state);
+    }
     void run() override {
-      auto member = [&](std::size_t i) -> reduce_task<T, Op, Algo>& { return static_cast<reduce_task<T, Op, Algo>&>(*members[i]); };
-      std::vector<std::size_t> counts(members.size());
+      auto part = [&](std::size_t i) -> reduce_task<T, Op, Algo>& { return static_cast<reduce_task<T, Op, Algo>&>(*parts[i]); };
+      std::vector<std::size_t> counts(parts.size());
       std::size_t total = 0;
-      for (std::size_t i = 0; i < members.size(); ++i) total += counts[i] = member(i).v.size();
+      for (std::size_t i = 0; i < parts.size(); ++i) total += counts[i] = part(i).v.size();
       std::vector<T> packed(total);
-      std::exception_ptr e;
-      try {
-        std::size_t at = 0;
-        for (std::size_t i = 0; i < members.size(); ++i) {
-          detail::copy_bytes(c->t_, packed.data() + at, member(i).v.data(), counts[i] * sizeof(T));
-          at += counts[i];
-        }
-        c->fused_all_reduce(view<T, memory>(packed.data(), total), counts, member(0).op, member(0).a);
-        at = 0;
-        for (std::size_t i = 0; i < members.size(); ++i) {
-          detail::copy_bytes(c->t_, member(i).v.data(), packed.data() + at, counts[i] * sizeof(T));
-          at += counts[i];
-        }
-      } catch (...) {
-        e = std::current_exception();
+      std::size_t at = 0;
+      for (std::size_t i = 0; i < parts.size(); ++i) {
+        detail::copy_bytes(c->t_, packed.data() + at, part(i).v.data(), counts[i] * sizeof(T));
+        at += counts[i];
       }
-      for (auto& m : members) detail::complete(*m->state, e, /*quiet=*/true);
-      detail::completion_signal::get().notify();
-      if (e) std::rethrow_exception(e);
+      c->fused_all_reduce(view<T, memory>(packed.data(), total), counts, part(0).op, part(0).a);
+      at = 0;
+      for (std::size_t i = 0; i < parts.size(); ++i) {
+        detail::copy_bytes(c->t_, part(i).v.data(), packed.data() + at, counts[i] * sizeof(T));
+        at += counts[i];
+      }
     }
     communicator* c;
-    std::vector<task_ptr> members;
+    std::vector<task_ptr> parts;
   };
 
   /// all_reduce of a fused run: one call whose fingerprint carries the members' counts.

@@ -26,6 +26,7 @@
 #include <thread>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "tutti/core/error.hpp"
 
@@ -83,9 +84,13 @@ class progress_engine {
     virtual ~task() = default;
     virtual void run() = 0;
     std::shared_ptr<operation_state> state = std::make_shared<operation_state>();
+    /// A run posted as one task (a fused batch): its members' requests, completed with it.
+    std::vector<std::shared_ptr<operation_state>> members;
   };
 
-  progress_engine() : worker_([this] { loop(); }) {}
+  /// `waiting` (may be null; static storage, as the flight recorder's): posted requests not yet
+  /// started, for the flight recorder to print.
+  explicit progress_engine(std::atomic<std::uint64_t>* waiting = nullptr) : waiting_(waiting), worker_([this] { loop(); }) {}
   progress_engine(const progress_engine&) = delete;
   progress_engine& operator=(const progress_engine&) = delete;
   /// Finishes what is posted, then stops the thread.
@@ -101,10 +106,12 @@ class progress_engine {
   /// Queues `t`; returns its state.
   std::shared_ptr<operation_state> post(std::unique_ptr<task> t) {
     auto s = t->state;
+    const std::size_t requests = t->members.empty() ? 1 : t->members.size();
     {
       std::lock_guard lk(mu_);
       queue_.push_back(std::move(t));
-      pending_.fetch_add(1, std::memory_order_release);
+      pending_.fetch_add(requests, std::memory_order_release);
+      if (waiting_) waiting_->fetch_add(requests, std::memory_order_relaxed);
     }
     cv_.notify_all();
     return s;
@@ -114,7 +121,7 @@ class progress_engine {
   bool idle() const noexcept { return pending_.load(std::memory_order_acquire) == 0; }
   /// Whether the caller is this engine's thread (an operation running on it).
   bool on_engine() const noexcept { return std::this_thread::get_id() == worker_.get_id(); }
-  /// Posted and not yet complete.
+  /// Requests posted and not yet complete.
   std::size_t pending() const noexcept { return pending_.load(std::memory_order_acquire); }
 
   /// Waits until every posted operation has completed.
@@ -132,6 +139,8 @@ class progress_engine {
       if (queue_.empty()) return;  // stopping, nothing left
       std::unique_ptr<task> t = std::move(queue_.front());
       queue_.pop_front();
+      const std::size_t requests = t->members.empty() ? 1 : t->members.size();
+      if (waiting_) waiting_->fetch_sub(requests, std::memory_order_relaxed);
       // The operations already posted when one fails (other than with a usage error) fail with
       // its error: a lost peer is lost to all of them. Later ones run, and fail as aborted.
       std::exception_ptr e;
@@ -154,12 +163,18 @@ class progress_engine {
         }
       }
       auto state = t->state;
+      auto members = std::move(t->members);
       t.reset();  // the task's captures go before its request sees it complete
       lk.lock();
       // Uncounted before it completes: whoever sees it complete sees it no longer pending, and
       // a drain returns only once its request is complete.
-      const bool last = pending_.fetch_sub(1, std::memory_order_acq_rel) == 1;
-      complete(*state, std::move(e));
+      const bool last = pending_.fetch_sub(requests, std::memory_order_acq_rel) == requests;
+      if (members.empty()) {
+        complete(*state, std::move(e));
+      } else {
+        for (auto& m : members) complete(*m, e, /*quiet=*/true);
+        completion_signal::get().notify();
+      }
       if (last) drained_.notify_all();
     }
   }
@@ -170,6 +185,7 @@ class progress_engine {
   std::atomic<std::size_t> pending_{0};
   std::exception_ptr failed_;  // the last failure, and how many queued operations inherit it
   std::size_t inherit_ = 0;
+  std::atomic<std::uint64_t>* waiting_;
   bool stopping_ = false;
   std::thread worker_;  // last: starts once the rest is built
 };

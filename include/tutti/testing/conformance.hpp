@@ -111,6 +111,7 @@ void check_nonblocking(Runner& run, report& rep) {
     for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{70000}}) check_nonblocking_results(comm, r, n);
     check_many_in_flight(comm, r);
     check_fused(comm, r);
+    check_p2p_batch(comm, r);
     check_groups_in_flight(comm, r);
   };
   run.each(body, rep, "non-blocking operations on " + std::to_string(run.size()) + " ranks");

@@ -241,6 +241,53 @@ void check_fused(Comm& comm, report& rep) {
     rep.check(record.find("fused count=") != std::string::npos, label, me, "no fused transfer in the flight recorder:\n" + record);
 }
 
+/// Sends and receives posted in a batch go as one group that cannot deadlock: every rank sends
+/// 8 MiB to each neighbour and receives 8 MiB from each (more than any transport buffers), odd
+/// ranks posting their receives first, with a fused all_reduce between two groups; unbatched,
+/// each rank's first send would wait for a receive its neighbour posts after its own send.
+template <class Comm>
+void check_p2p_batch(Comm& comm, report& rep) {
+  using namespace nonblocking_detail;
+  using T = std::int32_t;
+  const int me = comm.rank(), p = comm.size();
+  if (p < 2) return;
+  const std::string label = "sends and receives in a batch on " + std::to_string(p) + " ranks";
+  const int next = (me + 1) % p, prev = (me + p - 1) % p;
+  const std::size_t n = std::size_t{2} << 20;
+  auto to_next = values<T>(me, n, 7), to_prev = values<T>(me, n, 8);
+  std::vector<T> from_prev(n), from_next(n), again(n);
+  auto sum = values<T>(me, 100, 4), sum_want = sum;
+  comm.all_reduce(view(sum_want), op::sum{});
+  std::vector<request> r;
+  {
+    auto batch = comm.fuse();
+    if (me % 2) {
+      r.push_back(comm.irecv(view(from_prev), prev, 7));
+      r.push_back(comm.irecv(view(from_next), next, 8));
+      r.push_back(comm.isend(view(to_next), next, 7));
+      r.push_back(comm.isend(view(to_prev), prev, 8));
+    } else {
+      r.push_back(comm.isend(view(to_next), next, 7));
+      r.push_back(comm.isend(view(to_prev), prev, 8));
+      r.push_back(comm.irecv(view(from_prev), prev, 7));
+      r.push_back(comm.irecv(view(from_next), next, 8));
+    }
+    r.push_back(comm.iall_reduce(view(sum), op::sum{}));
+    r.push_back(comm.isend(view(to_next), next, 9));
+    r.push_back(comm.irecv(view(again), prev, 9));
+  }
+  try {
+    wait_all(std::span<request>(r));
+  } catch (const std::exception& e) {
+    rep.fail(label, me, std::string("threw: ") + e.what());
+    return;
+  }
+  rep.check(from_prev == values<T>(prev, n, 7) && again == from_prev, label, me, "what came from the previous rank differs");
+  rep.check(from_next == values<T>(next, n, 8), label, me, "what came from the next rank differs");
+  rep.check(sum == sum_want, label, me, "the all_reduce between the groups differs");
+  rep.check(comm.pending() == 0, label, me, std::to_string(comm.pending()) + " still pending after wait_all");
+}
+
 /// Groups beside their world: operations of the world and of two groups split from it in flight
 /// at once, then the world and a group driven from two threads at the same time. Each result
 /// must equal what the same calls give one after another.
