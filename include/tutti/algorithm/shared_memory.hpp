@@ -44,6 +44,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -168,6 +169,67 @@ struct shared_memory {
         else copy_out(out.data() + at + blk.begin, ph.slot(r, a + 1), blk.size() * sizeof(T));
       }
     });
+  }
+
+  /// In-place all_reduce of `parts` as one message of their elements side by side (a fused
+  /// batch, `communicator::fuse`): the phases of `all_reduce` of the concatenation, one shot or
+  /// two shot, with the copies into the windows gathering from the parts and the copies out of
+  /// them (and of the reduced own block) scattering to the parts, so nothing is packed. Every
+  /// element is reduced in the same rank order as there. False, having done nothing, where
+  /// `all_reduce` would take another path (no window; single copy): the caller packs instead.
+  template <class Ch, class T, class Op>
+    requires shared_window<typename Ch::transport_type>
+  bool all_reduce_parts(Ch& ch, std::span<const view<T>> parts, const Op& op) const {
+    if (!ch.transport().has_window()) return false;
+    phases<Ch> ph(ch);
+    const gathered<T> g(parts);
+    const std::size_t n = g.size(), bytes = n * sizeof(T);
+    const std::size_t peers = static_cast<std::size_t>(ch.size() - 1);
+    const int p = ch.size(), me = ch.rank();
+    if (bytes * peers * peers <= one_shot_bytes && bytes <= ph.half_bytes()) {
+      const auto a = ph.begin();
+      g.gather(ph.mine(a), 0, n);
+      ph.post(a);
+      ph.wait_all(a);
+      g.each(0, n, [&](T* d, std::size_t at, std::size_t k) { reduce_slots<T>(ph, a, at, d, k, op); });
+      return true;
+    }
+    if (single_copy && bytes >= single_copy_bytes && ph.single_copy()) return false;
+    const std::size_t fit = std::min(ph.template elems<T>(1), std::max<std::size_t>(chunk_bytes / sizeof(T), 1));
+    const std::size_t chunk = std::max<std::size_t>(fit / static_cast<std::size_t>(p), 1) * static_cast<std::size_t>(p);
+    const std::size_t piece = std::max<std::size_t>(own_piece_bytes / sizeof(T), 1);
+    for_each_chunk(n, chunk, [&](std::size_t at, std::size_t m) {
+      const auto a = ph.begin();
+      const auto mine = schedule::block(m, p, me);
+      ph.offer_source(a, nullptr, 0, false);  // says "in the slot": peers must not read a stale offer
+      g.gather(ph.mine(a), at, mine.begin);
+      g.gather(ph.mine(a) + mine.end * sizeof(T), at + mine.end, m - mine.end);
+      ph.post(a);
+      ph.wait_all(a);
+      const std::size_t offset = mine.begin * sizeof(T);
+      T* result = reinterpret_cast<T*>(ph.mine(a + 1));
+      // The own block a run of one part at a time, each in pieces reduced and copied back while
+      // still in cache.
+      g.each(at + mine.begin, mine.size(), [&](T* own, std::size_t o, std::size_t len) {
+        const std::size_t base = o - at - mine.begin;
+        for (std::size_t i = 0; i < len; i += piece) {
+          const std::size_t k = std::min(piece, len - i), e = base + i;
+          reduce_from<T>(ph, [&](int r) {
+            if (r == me) return static_cast<const T*>(own + i);
+            return reinterpret_cast<const T*>(ph.input(r, a, offset + e * sizeof(T), k * sizeof(T), r == 0 ? 0 : 1));
+          }, result + e, k, op);
+          copy_out(own + i, reinterpret_cast<const std::byte*>(result + e), k * sizeof(T));
+        }
+      });
+      ph.post(a + 1);
+      ph.wait_all(a + 1);
+      for (int r = 0; r < p; ++r) {
+        if (r == me) continue;
+        const auto blk = schedule::block(m, p, r);
+        g.scatter(at + blk.begin, ph.slot(r, a + 1), blk.size());
+      }
+    });
+    return true;
   }
 
   template <class Ch, class T, class Op>
@@ -680,6 +742,45 @@ struct shared_memory {
     typename Ch::transport_type& t_;
     fingerprint fp_;
     wait_context w_;
+  };
+
+  /// Parts seen as one sequence of elements (all_reduce_parts).
+  template <class T>
+  class gathered {
+   public:
+    explicit gathered(std::span<const view<T>> parts) : parts_(parts) {
+      starts_.reserve(parts.size() + 1);
+      std::size_t n = 0;
+      for (const auto& v : parts) {
+        starts_.push_back(n);
+        n += v.size();
+      }
+      starts_.push_back(n);
+    }
+    std::size_t size() const noexcept { return starts_.back(); }
+    /// f(pointer, at, k) for each run [at, at + k) of elements [first, first + m) within one part.
+    template <class F>
+    void each(std::size_t first, std::size_t m, F f) const {
+      if (m == 0) return;
+      std::size_t i = static_cast<std::size_t>(std::upper_bound(starts_.begin(), starts_.end(), first) - starts_.begin()) - 1;
+      for (std::size_t at = first, end = first + m; at < end; ++i) {
+        const std::size_t stop = std::min(end, starts_[i + 1]);
+        if (stop > at) f(parts_[i].data() + (at - starts_[i]), at, stop - at);
+        at = std::max(at, stop);
+      }
+    }
+    /// Elements [first, first + m) into `dst`, side by side.
+    void gather(std::byte* dst, std::size_t first, std::size_t m) const {
+      each(first, m, [&](const T* p, std::size_t at, std::size_t k) { copy_in(dst + (at - first) * sizeof(T), p, k * sizeof(T)); });
+    }
+    /// `src`, m elements side by side, into elements [first, first + m).
+    void scatter(std::size_t first, const std::byte* src, std::size_t m) const {
+      each(first, m, [&](T* p, std::size_t at, std::size_t k) { copy_out(p, src + (at - first) * sizeof(T), k * sizeof(T)); });
+    }
+
+   private:
+    std::span<const view<T>> parts_;
+    std::vector<std::size_t> starts_;  // part i's first element; then the total
   };
 
   /// f(at, m) for consecutive chunks [at, at + m) of n elements; once (m = 0) when n is 0, so

@@ -4,7 +4,8 @@
 /// a slot of a fixed, process-wide table. A rank prints its slots' records to stderr when a call
 /// fails and when it receives SIGUSR1, so a user of a stuck or failed job sees on every rank which
 /// operation it is in and which it finished last: the rank that is behind is the one whose last
-/// sequence number is lowest.
+/// sequence number is lowest. After the records, how many posted (non-blocking) operations wait
+/// to start, which the progress engine counts in the slot.
 ///
 /// `TUTTI_FLIGHT_RECORDER=N`: how many records a failure prints (default 8); 0 prints none and
 /// installs no SIGUSR1 handler. The handler is installed only where SIGUSR1 has its default

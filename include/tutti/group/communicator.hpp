@@ -1064,43 +1064,57 @@ class communicator {
     Op op;
     Algo a;
   };
-  /// A run of all_reduces of one kind, as one: pack, reduce, unpack; completes each member's
-  /// request.
+  /// A run of all_reduces of one kind, as one (`fused_all_reduce`); the engine completes each
+  /// member's request.
   template <class T, class Op, class Algo>
   struct fused_task final : detail::progress_engine::task {
-    fused_task(communicator* c_, std::vector<task_ptr>&& m) : c(c_), parts(std::move(m)) {
-      for (auto& t : parts) members.push_back(t->state);
-    }
-    void run() override {
-      auto part = [&](std::size_t i) -> reduce_task<T, Op, Algo>& { return static_cast<reduce_task<T, Op, Algo>&>(*parts[i]); };
-      std::vector<std::size_t> counts(parts.size());
-      std::size_t total = 0;
-      for (std::size_t i = 0; i < parts.size(); ++i) total += counts[i] = part(i).v.size();
-      std::vector<T> packed(total);
-      std::size_t at = 0;
-      for (std::size_t i = 0; i < parts.size(); ++i) {
-        detail::copy_bytes(c->t_, packed.data() + at, part(i).v.data(), counts[i] * sizeof(T));
-        at += counts[i];
+    fused_task(communicator* c_, std::vector<task_ptr>&& m) : c(c_) {
+      for (auto& t : m) {
+        auto& r = static_cast<reduce_task<T, Op, Algo>&>(*t);
+        parts.push_back(r.v);
+        members.push_back(t->state);
       }
-      c->fused_all_reduce(view<T, memory>(packed.data(), total), counts, part(0).op, part(0).a);
-      at = 0;
-      for (std::size_t i = 0; i < parts.size(); ++i) {
-        detail::copy_bytes(c->t_, part(i).v.data(), packed.data() + at, counts[i] * sizeof(T));
-        at += counts[i];
-      }
+      auto& first = static_cast<reduce_task<T, Op, Algo>&>(*m.front());
+      op = first.op;
+      a = first.a;
     }
+    void run() override { c->fused_all_reduce(std::span<const view<T, memory>>(parts), op, a); }
     communicator* c;
-    std::vector<task_ptr> parts;
+    std::vector<view<T, memory>> parts;
+    Op op;
+    Algo a;
   };
 
-  /// all_reduce of a fused run: one call whose fingerprint carries the members' counts.
+  /// In-place all_reduce of a fused run, as one call whose fingerprint carries the members'
+  /// counts: where the algorithm reads and writes the parts where they lie
+  /// (`algo::shared_memory::all_reduce_parts`), without a copy; else packed into a buffer kept
+  /// between runs (no page faults, nothing zeroed), reduced as one, unpacked.
   template <class T, class Op, class Algo>
-  void fused_all_reduce(view<T, memory> v, std::span<const std::size_t> counts, const Op& op, const Algo& a) {
-    auto fp = next_fp(collective::all_reduce, dtype_of<T>(), v.size(), -1, op_traits<Op>::id());
+  void fused_all_reduce(std::span<const view<T, memory>> parts, const Op& op, const Algo& a) {
+    std::vector<std::size_t> counts(parts.size());
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < parts.size(); ++i) total += counts[i] = parts[i].size();
+    auto fp = next_fp(collective::all_reduce, dtype_of<T>(), total, -1, op_traits<Op>::id());
     fp.shape = counts_digest(counts);
     if (size() > 1)
-      run<collective::all_reduce>(a, fp, v.size_bytes(), [&](const auto& alg, auto& ch) { alg.all_reduce(ch, v, kernel_op(op)); });
-    finish(v, op);
+      run<collective::all_reduce>(a, fp, total * sizeof(T), [&](const auto& alg, auto& ch) {
+        if constexpr (requires { alg.all_reduce_parts(ch, parts, kernel_op(op)); }) {
+          if (alg.all_reduce_parts(ch, parts, kernel_op(op))) return;
+        }
+        T* packed = reinterpret_cast<T*>(fused_scratch_.reserve(total * sizeof(T)));
+        std::size_t at = 0;
+        for (const auto& v : parts) {
+          detail::copy_bytes(t_, packed + at, v.data(), v.size_bytes());
+          at += v.size();
+        }
+        alg.all_reduce(ch, view<T, memory>(packed, total), kernel_op(op));
+        at = 0;
+        for (const auto& v : parts) {
+          detail::copy_bytes(t_, v.data(), packed + at, v.size_bytes());
+          at += v.size();
+        }
+      });
+    for (const auto& v : parts) finish(v, op);
   }
 
   // ---- buffers ------------------------------------------------------------------------------
@@ -1407,6 +1421,7 @@ class communicator {
       plan_;
   mutable std::shared_ptr<const algo::automatic::plan> default_plan_;
   detail::scratch_pool scratch_;
+  detail::scratch_buffer fused_scratch_;  // a fused run's packed buffer (engine thread only)
   detail::flight_recorder recorder_;
   std::shared_ptr<std::atomic<bool>> aborted_ = std::make_shared<std::atomic<bool>>(false);
   std::vector<std::size_t> offsets_a_, offsets_b_;  // the v-collectives' offsets, reused
