@@ -946,12 +946,13 @@ class communicator {
       return false;
   }
 
-  /// Posts `t` (which completes `requests` requests), or holds it while a batch is open.
   /// Posts `t`, or holds it while a batch is open.
   void submit(task_ptr t) {
     if (fusing_) held_.push_back({std::move(t)});
     else enqueue(std::move(t));
   }
+  /// Posts `t` to the engine (made on the first post, counting in the flight recorder what
+  /// waits to start).
   void enqueue(task_ptr t) { engine_.get(recorder_.waiting()).post(std::move(t)); }
   template <class F>
   request post(F f) {
