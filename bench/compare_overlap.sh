@@ -6,15 +6,9 @@
 # Usage: bench/compare_overlap.sh [build-dir] [rounds] [extra flags, e.g. -n 10]
 set -euo pipefail
 build=${1:-build}; rounds=${2:-3}; shift 2 || shift $# || true
-tuttirun=$build/tools/tuttirun
 tutti=$build/bench/tutti_bench_overlap
 peer=$build/bench/tutti_peer_mpi_overlap
-for f in "$tuttirun" "$tutti" "$peer"; do [[ -x $f ]] || { echo "missing $f: build with -DTUTTI_BUILD_BENCH=ON (needs libopenmpi-dev)" >&2; exit 1; }; done
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-echo "# machine: $(uname -m), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cpus"
-echo "# Open MPI: $(mpirun --version 2>/dev/null | head -1)"
-mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2)
+source "$(dirname "$0")/peer_run.sh"
 for ((r = 1; r <= rounds; ++r)); do
   for t in shm tcp; do
     btl=vader; [[ $t == tcp ]] && btl=tcp

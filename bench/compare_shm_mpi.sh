@@ -5,15 +5,10 @@
 # Usage: bench/compare_shm_mpi.sh [build-dir] [extra sweep flags, e.g. -e 1048576 -t 0.1]
 set -euo pipefail
 build=${1:-build}; shift || true
-tuttirun=$build/tools/tuttirun
 tutti=$build/bench/tutti_bench_shm_allreduce
 peer=$build/bench/tutti_peer_mpi_allreduce
-for f in "$tuttirun" "$tutti" "$peer"; do [[ -x $f ]] || { echo "missing $f: build with -DTUTTI_BUILD_BENCH=ON (needs libopenmpi-dev)" >&2; exit 1; }; done
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+source "$(dirname "$0")/peer_run.sh"
 export TUTTI_SHM_ARENA_BYTES=$((512 << 20))  # room for the sweep's three 64 MiB buffers
-echo "# machine: $(uname -m), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cpus"
-echo "# Open MPI: $(mpirun --version 2>/dev/null | head -1)"
 for np in 2 4; do
   "$tuttirun" --nproc-per-node=$np --no-prefix "$tutti" "$@" | tee "$out/tutti.$np"
   "$tuttirun" --nproc-per-node=$np --no-prefix "$tutti" -z 1 "$@" | tee "$out/zc.$np"
