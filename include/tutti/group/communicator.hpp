@@ -183,6 +183,8 @@ class communicator {
     cfg_.timeout = ms;
   }
   std::chrono::milliseconds timeout() const noexcept { return cfg_.timeout; }
+  /// The settings this communicator runs with (its deadline, `TUTTI_ALGO`, `TUTTI_DEBUG`).
+  const config& settings() const noexcept { return cfg_; }
 
   /// Aborts this communicator and every group made from it (they share its links), like
   /// `ncclCommAbort`. Safe from any thread and from a signal handler: a blocking call in flight
@@ -844,7 +846,12 @@ class communicator {
 
   /// MPI_Comm_split: ranks with the same `color` form a group, ordered by (`key`, rank).
   /// A negative color opts out and gets an empty optional. Every rank calls it.
-  std::optional<communicator> split(int color, int key) {
+  std::optional<communicator> split(int color, int key) { return split(color, key, algo_); }
+
+  /// `split` whose group runs algorithm `a` instead of this communicator's (a mesh axis with an
+  /// algorithm of its own: `tutti::axis<"dp", tutti::algo::ring>`).
+  template <tutti::algorithm A>
+  std::optional<communicator<Transport, A>> split(int color, int key, A a) {
     ordered();
     const std::uint64_t mine = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(color)) << 32) |
                                static_cast<std::uint32_t>(key);
@@ -861,7 +868,7 @@ class communicator {
     std::vector<int> ranks;
     for (auto& m : members) ranks.push_back(m.second);
     const std::uint64_t context = detail::hash_combine(context_, detail::hash_combine(base, static_cast<std::uint64_t>(color) + 0x73706c6974ull));
-    return child(ranks, context);
+    return child(ranks, context, std::move(a));
   }
 
   /// `n` elements (zeroed) in memory shared with the peers, on transports that have it
@@ -897,6 +904,9 @@ class communicator {
   std::uint64_t context() const noexcept { return context_; }
 
  private:
+  template <tutti::transport, tutti::algorithm>
+  friend class communicator;  // a split with another algorithm sets its group's context
+
   template <class Algo>
   using resolved = std::conditional_t<std::is_same_v<Algo, algo::inherit>, Algorithm, Algo>;
 
@@ -1361,7 +1371,11 @@ class communicator {
   std::vector<std::uint64_t> exchange(std::uint64_t mine) { return exchange(view<const std::uint64_t>(&mine, 1)); }
 
   std::optional<communicator> child(const std::vector<int>& ranks, std::uint64_t context) {
-    communicator c(t_.sub(std::span<const int>(ranks), context), algo_, cfg_);
+    return child(ranks, context, algo_);
+  }
+  template <tutti::algorithm A>
+  std::optional<communicator<Transport, A>> child(const std::vector<int>& ranks, std::uint64_t context, A a) {
+    communicator<Transport, A> c(t_.sub(std::span<const int>(ranks), context), std::move(a), cfg_);
     c.context_ = context;
     c.aborted_ = aborted_;  // the family shares the links, so it shares the abort
     c.recorder_ = detail::flight_recorder(c.rank(), c.size(), context);

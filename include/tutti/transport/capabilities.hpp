@@ -19,6 +19,7 @@
 /// | `shared_allocation`  | memory the peers can read where it lies                           | `allocate()`     |
 /// | `from_environment`   | joins the job the environment describes                           | `from_env()`     |
 /// | `own_memory`         | its own copy and reduce, for a memory kind the CPU may not touch  | channel          |
+/// | `one_host_job`       | a group of ranks of one host, made from a name they agree on      | `tutti::mesh`    |
 ///
 /// `transport_traits<T>` gives the tuning kind (which rows of automatic's tuned table apply) and
 /// the memory kind; both come from the transport's own members where it declares them.
@@ -33,6 +34,8 @@
 #include <string_view>
 #include <vector>
 
+#include "tutti/bootstrap/env.hpp"
+#include "tutti/core/config.hpp"
 #include "tutti/core/fingerprint.hpp"
 #include "tutti/core/counts.hpp"
 #include "tutti/core/memory.hpp"
@@ -178,6 +181,13 @@ concept shared_allocation = transport<T> && requires(T& t, std::size_t n, std::b
 template <class T>
 concept from_environment = transport<T> && requires {
   { T::from_env() } -> std::same_as<T>;
+};
+
+/// Connects ranks of one host only, and makes a group of them from a `job_env` whose `job_id`
+/// they agree on (a mesh axis of ranks within hosts, inside a job of another transport).
+template <class T>
+concept one_host_job = transport<T> && T::one_host && requires(const job_env& j, const config& c) {
+  { T::create(j, c) } -> std::same_as<T>;
 };
 
 /// Its own copy and reduce for the memory kind it declares (`memory_kind`), which the CPU may

@@ -46,6 +46,7 @@ class shm {
  public:
   /// automatic's tuned-table rows for this transport (tuned_table.hpp).
   static constexpr std::string_view tuning_kind = "shm";
+  static constexpr bool one_host = true;  // its ranks share a host's memory (`one_host_job`)
 
   /// Joins the job described by the environment (`job_env::from_env`): every rank must be on
   /// this host (LOCAL_WORLD_SIZE == WORLD_SIZE). Waits for the others up to `TUTTI_TIMEOUT`.
@@ -385,6 +386,6 @@ class shm {
 
 static_assert(transport<shm> && zero_copy_recv<shm> && shared_window<shm> && posted_check<shm> &&
               window_sources<shm> && failure_notices<shm> && last_words<shm> && shrinkable<shm> &&
-              shared_allocation<shm> && from_environment<shm>);
+              shared_allocation<shm> && from_environment<shm> && one_host_job<shm>);
 
 }  // namespace tutti
