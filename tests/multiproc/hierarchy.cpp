@@ -1,17 +1,21 @@
-// tutti::hierarchy<shm, tcp> against the flat all_reduce over tcp and the naive reference. Run on
-// several hosts of several ranks each: tests/multiproc/two_hosts.sh (two tuttirun --nnodes=2 on
-// loopback) and tests/multiproc/netns.sh (hosts in network namespaces).
+// tutti::hierarchy<shm, tcp> over processes on several hosts: the layout it learns from the node
+// keys (against the one the script announces in TUTTI_TEST_HOSTS), and every collective against
+// the reference and the flat collective over tcp (tests/support/hierarchy_checks.hpp). Run by
+// tests/multiproc/two_hosts.sh (two tuttirun --nnodes=2 on loopback, told apart by
+// TUTTI_NODE_ID) and tests/multiproc/netns.sh (hosts as network namespaces: one hostname, one
+// kernel, different namespaces; 2+2, 2+2+2 and 2+1+1 numbered out of host order).
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <tutti/group/hierarchy.hpp>
 #include <tutti/transport/shm.hpp>
 #include <tutti/transport/tcp.hpp>
 
-#include "../support/collective_checks.hpp"
+#include "../support/expected_hosts.hpp"
+#include "../support/hierarchy_checks.hpp"
 
 using namespace tutti;
-using namespace tutti::test;
 
 namespace {
 hierarchy<shm, tcp>& job() {
@@ -22,52 +26,32 @@ hierarchy<shm, tcp>& job() {
   }();
   return h;
 }
-
-template <class T, class Op>
-void check_against_flat(std::size_t n, const Op& op, const char* what) {
-  auto& h = job();
-  const int me = h.rank(), p = h.size();
-  std::vector<T> v(n), flat(n), want(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    v[i] = flat[i] = value<T>(me, i);
-    T acc = value<T>(0, i);
-    for (int r = 1; r < p; ++r) acc = op(acc, value<T>(r, i));
-    want[i] = acc;
-  }
-  h.all_reduce(view(v), op);
-  h.world().all_reduce(view(flat), op);
-  CAPTURE(n);
-  expect_equal(v, flat, (std::string(what) + ": hierarchical vs flat").c_str());
-  expect_equal(v, want, (std::string(what) + ": hierarchical vs naive").c_str());
-}
 }  // namespace
 
 TEST_SUITE_BEGIN("multiproc");
 
-TEST_CASE("hierarchy<shm, tcp>: the shape of the job") {
+TEST_CASE("hierarchy<shm, tcp>: the groups learned from the node keys are the hosts") {
   auto& h = job();
-  const auto env = job_env::from_env();
-  CHECK(h.local_size() == env.local_world_size);
-  CHECK(h.local_rank() == env.local_rank);
-  CHECK(h.hosts() == env.world_size / env.local_world_size);
-  CHECK(h.host() == env.rank / env.local_world_size);
-  CHECK(h.cross().size() == h.hosts());
+  MESSAGE(h.layout());
+  const auto labels = tutti::test::expected_hosts();
+  if (!labels) return;
+  REQUIRE(static_cast<int>(labels->size()) == h.size());
+  const auto want = tutti::test::ranks_on_host_of(*labels, h.rank());
+  std::vector<int> got(static_cast<std::size_t>(h.local_size()));
+  const int me = h.rank();
+  h.local().all_gather(view<const int>(&me, 1), view(got));
+  std::sort(got.begin(), got.end());
+  CHECK_MESSAGE(got == want, h.layout());
+  std::vector<std::string> distinct(*labels);
+  std::sort(distinct.begin(), distinct.end());
+  CHECK(h.hosts() == std::unique(distinct.begin(), distinct.end()) - distinct.begin());
 }
 
-TEST_CASE("hierarchy<shm, tcp>: all_reduce equals the flat all_reduce and the naive reference") {
-  auto& h = job();
-  const std::size_t L = static_cast<std::size_t>(h.local_size()), p = static_cast<std::size_t>(h.size());
-  for (std::size_t n : {std::size_t{0}, std::size_t{1}, L - 1 + (L == 1), L + 1, 3 * p + 2, (std::size_t{1} << 20) + 3}) {
-    check_against_flat<float>(n, op::sum{}, "float sum");
-    check_against_flat<int>(n, op::max{}, "int max");
-    check_against_flat<double>(n, op::min{}, "double min");
-  }
+TEST_CASE("hierarchy<shm, tcp>: every collective equals the reference and the flat collective") {
+  testing::report rep;
+  tutti::test::check_hierarchy(job(), rep, "hierarchy<shm, tcp>", true);
+  CHECK_MESSAGE(rep.ok(), rep.text());
+  CHECK(rep.checks() > 0);
 }
 
-TEST_CASE("hierarchy<shm, tcp>: the other collectives run over the world") {
-  auto& h = job();
-  std::vector<int> b(5, h.rank() == 1 ? 7 : 0);
-  h.broadcast(view(b), 1);
-  CHECK(b == std::vector<int>(5, 7));
-  h.barrier();
-}
+TEST_SUITE_END();

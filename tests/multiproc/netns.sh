@@ -5,10 +5,13 @@
 # tutti_tcp_tests in a 4-rank (2 nodes x 2) and a 6-rank (3 x 2) job, once over IPv6, once with
 # TUTTI_SOCKET_IFNAME; the tcp demo runs across two nodes too. Needs root (CAP_NET_ADMIN);
 # elsewhere it exits 77, which ctest reports as skipped. The namespaces are always removed.
-# hierarchy<shm, tcp> is checked against the flat result on 2 nodes x 2 ranks.
-# Usage: netns.sh <tuttirun> <tutti_tcp_tests> <tutti_hierarchy_tests> [tutti_demo_tcp]
+# hierarchy<shm, tcp> learns the hosts from the node keys (one hostname and kernel, different
+# network namespaces) and runs every collective against the reference and the flat one on
+# 2 x 2, 3 x 2 and an uneven 2+1+1 job whose ranks are not numbered host by host (started
+# without tuttirun); a mesh with tp over shm and dp over tcp runs on 3 x 2.
+# Usage: netns.sh <tuttirun> <tutti_tcp_tests> <tutti_hierarchy_tests> <tutti_mesh_tcp> [tutti_demo_tcp]
 set -u
-tuttirun=$1 prog=$2 hier=$3 demo=${4:-}
+tuttirun=$1 prog=$2 hier=$3 meshes=$4 demo=${5:-}
 skip() { echo "SKIP: $*"; exit 77; }
 [[ $(id -u) -eq 0 ]] || skip "needs root to create network namespaces"
 command -v ip >/dev/null || skip "needs iproute2 (ip)"
@@ -85,8 +88,45 @@ check "4 ranks on 2 nodes (2x2) over IPv6: every collective verified" "all_passe
 TUTTI_SOCKET_IFNAME=eth77 TUTTI_TCP_STREAMS=2 job ifname_2x3 2 3 10.77.0.1 "$prog" -tc='*every collective*automatic*,*large*'
 check "6 ranks on 2 nodes (2x3), TUTTI_SOCKET_IFNAME=eth77, 2 streams per pair" "all_passed ifname_2x3 6"
 
-job hier_2x2 2 2 10.77.0.1 "$hier"
-check "hierarchy<shm, tcp> on 2 nodes (2x2): all_reduce equals the flat one" "all_passed hier_2x2 4"
+TUTTI_TEST_HOSTS=0,0,1,1 job hier_2x2 2 2 10.77.0.1 "$hier"
+check "hierarchy<shm, tcp> on 2 nodes (2x2): the hosts learned, every collective as the reference and flat" "all_passed hier_2x2 4"
+
+TUTTI_TEST_HOSTS=0,0,1,1,2,2 job hier_3x2 3 2 10.77.0.1 "$hier"
+check "hierarchy<shm, tcp> on 3 nodes (3x2): the hosts learned, every collective as the reference and flat" "all_passed hier_3x2 6"
+
+TUTTI_TEST_HOSTS=0,0,1,1,2,2 job mesh_3x2 3 2 10.77.0.1 "$meshes"
+check "mesh dp x tp = 3 x 2 with tp over shm on 3 nodes: every collective on every axis" "all_passed mesh_3x2 6"
+
+# spawn NAME HOSTS PROGRAM: rank r in node HOSTS[r] (a, b or c), started directly with the
+# launcher variables, rank 0's node the master.
+spawn() {
+  local name=$1 hosts=$2 program=$3
+  local -a at=(${hosts//,/ })
+  local n=${#at[@]} port=$((20000 + RANDOM % 20000)) token r pids=() status=0
+  token=$(head -c16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+  local master="10.77.0.$(( $(printf '%d' "'${at[0]}") - 96 ))"
+  for ((r = 0; r < n; r++)); do
+    local local_rank=0 local_size=0 q
+    for ((q = 0; q < n; q++)); do
+      [[ ${at[$q]} == "${at[$r]}" ]] || continue
+      ((q < r)) && local_rank=$((local_rank + 1))
+      local_size=$((local_size + 1))
+    done
+    RANK=$r WORLD_SIZE=$n LOCAL_RANK=$local_rank LOCAL_WORLD_SIZE=$local_size MASTER_ADDR=$master \
+      MASTER_PORT=$port TUTTI_JOB_ID=$name.$$ TUTTI_JOB_TOKEN=$token TUTTI_TIMEOUT=120 TUTTI_TEST_HOSTS=$hosts \
+      timeout 600 ip netns exec "${tag}${at[$r]}" "$program" >"$logs/$name.$r" 2>&1 &
+    pids+=($!)
+  done
+  for r in "${!pids[@]}"; do wait "${pids[$r]}" || status=$?; done
+  if [[ $status -ne 0 ]]; then
+    echo "---- $name (exit $status), last lines per rank:"
+    for ((r = 0; r < n; r++)); do tail -15 "$logs/$name.$r"; done
+  fi
+  return $status
+}
+
+spawn hier_uneven b,a,c,a "$hier"
+check "hierarchy<shm, tcp> on 2+1+1 ranks numbered out of host order (b,a,c,a): hosts learned, every collective" "all_passed hier_uneven 4"
 
 if [[ -n $demo ]]; then
   TUTTI_DEBUG=info job demo 2 2 10.77.0.1 "$demo"

@@ -11,6 +11,9 @@ set -u
 tuttirun=$1 nproc=$2
 shift 2
 logs=$(mktemp -d)
+# The hosts are told apart by TUTTI_NODE_ID (the same kernel and namespaces): ranks 0..nproc-1
+# on host 0, the rest on host 1, as the tests that learn locality check (TUTTI_TEST_HOSTS).
+hosts=$(for ((r = 0; r < 2 * nproc; r++)); do printf '%s%d' "$([[ $r -gt 0 ]] && echo ,)" $((r / nproc)); done)
 trap 'rm -rf "$logs"' EXIT
 read -r ephemeral_low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || ephemeral_low=32768
 pick_port() {
@@ -31,7 +34,7 @@ for attempt in 1 2 3; do
   pids=()
   # The launchers' limit is under ctest's (600 s) so that a stuck job still prints its logs here.
   for k in 0 1; do
-    TUTTI_JOB_TOKEN=$token TUTTI_TIMEOUT=120 timeout 400 "$tuttirun" --nnodes=2 --node-rank=$k \
+    TUTTI_NODE_ID=loopback-host$k TUTTI_TEST_HOSTS=$hosts TUTTI_JOB_TOKEN=$token TUTTI_TIMEOUT=120 timeout 400 "$tuttirun" --nnodes=2 --node-rank=$k \
       --nproc-per-node="$nproc" --master-addr=127.0.0.1 --master-port=$port "$@" >"$logs/$k" 2>&1 &
     pids+=($!)
   done

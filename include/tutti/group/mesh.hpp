@@ -56,6 +56,7 @@
 #include "tutti/core/error.hpp"
 #include "tutti/core/view.hpp"
 #include "tutti/group/communicator.hpp"
+#include "tutti/group/subgroup.hpp"
 #include "tutti/transport/capabilities.hpp"
 
 namespace tutti {
@@ -120,12 +121,6 @@ template <class T>
 struct is_axis : std::false_type {};
 template <fixed_string Name, class... Ps>
 struct is_axis<tutti::axis<Name, Ps...>> : std::true_type {};
-
-/// Every rank's node key, as a mesh gathers them.
-struct node_keys {
-  std::vector<std::uint64_t> hashes;
-  std::vector<std::string> texts;
-};
 
 template <std::size_t I, class... Ts>
 using nth_type = std::tuple_element_t<I, std::tuple<Ts...>>;
@@ -200,7 +195,7 @@ class mesh_of {
       coords_[i] = r % shape_[i];
       r /= shape_[i];
     }
-    if constexpr ((own_group<Axes> || ...)) keys_ = gather_keys(*world_);
+    if constexpr ((own_group<Axes> || ...)) keys_ = detail::gather_node_keys(*world_, "mesh");
     make_axes(std::index_sequence_for<Axes...>{});
   }
 
@@ -274,27 +269,6 @@ class mesh_of {
     return t;
   }
 
-  /// Every rank's node key (its hash, and its text cut to 255 characters for messages).
-  static detail::node_keys gather_keys(Comm& c) {
-    const node_identity me = node_identity::of_this_process();
-    const auto p = static_cast<std::size_t>(c.size());
-    detail::node_keys k;
-    k.hashes.resize(p);
-    const std::uint64_t h = me.hash();
-    c.all_gather(view<const std::uint64_t>(&h, 1), view<std::uint64_t>(k.hashes), algo::direct{});
-    constexpr std::size_t width = 256;
-    std::vector<char> mine(width, '\0'), all(width * p);
-    const std::string text = me.key();
-    std::copy_n(text.begin(), std::min(text.size(), width - 1), mine.begin());
-    c.all_gather(view<const char>(mine), view<char>(all), algo::direct{});
-    for (std::size_t r = 0; r < p; ++r) k.texts.emplace_back(all.data() + r * width);
-    detail::log(log_level::info, c.settings(), c.rank(),
-                "mesh: node key '" + text + "' (hostname '" + me.hostname + "', boot id " + me.boot_id + ", " +
-                    me.ipc_namespace + ", " + me.net_namespace +
-                    (me.given.empty() ? std::string(", TUTTI_NODE_ID unset") : ", from TUTTI_NODE_ID") + ")");
-    return k;
-  }
-
   /// Every rank's shape, compared on every rank: all raise the same error or none does.
   void agree_on_shape(Comm& comm) {
     const auto p = static_cast<std::size_t>(comm.size());
@@ -336,34 +310,17 @@ class mesh_of {
   template <std::size_t I>
   void make_axis() {
     using Ax = detail::nth_type<I, Axes...>;
-    using C = communicator_of<Ax>;
     const auto [color, key] = slice_of(I);
     algorithm_of<Ax> a{};
     if constexpr (std::is_void_v<typename Ax::algorithm_type>) a = world_->algorithm();
     if constexpr (!own_group<Ax>) {
       std::get<I>(axes_).emplace(std::move(*world_->split(color, key, a)));
     } else {
-      using T = transport_of<Ax>;
       check_within_hosts(I);
       // The slice agrees on a name over the communicator's links, then makes its own group.
       auto slice = world_->split(color, key);
-      std::uint64_t id[2] = {0, 0};
-      if (slice->rank() == 0) {
-        id[0] = detail::hash_combine(static_cast<std::uint64_t>(::getpid()),
-                                     static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
-        id[1] = detail::hash_combine(world_->context(), static_cast<std::uint64_t>(world_->rank()));
-      }
-      slice->broadcast(view<std::uint64_t>(id, 2), 0, algo::direct{});
-      char name[64];
-      std::snprintf(name, sizeof name, "tutti-mesh-%016llx%08llx-", static_cast<unsigned long long>(id[0]),
-                    static_cast<unsigned long long>(id[1] & 0xffffffffu));
-      job_env j;
-      j.rank = j.local_rank = key;
-      j.world_size = j.local_world_size = shape_[I];
-      j.job_id = std::string(name) + std::string(Ax::name);
-      j.source = "tutti::mesh axis \"" + std::string(Ax::name) + "\"";
-      const config cfg = world_->settings();
-      std::get<I>(axes_).emplace(C(T::create(j, cfg), a, cfg));
+      std::get<I>(axes_).emplace(detail::one_host_group<transport_of<Ax>>(
+          *slice, a, world_->settings(), "mesh axis \"" + std::string(Ax::name) + "\""));
     }
   }
 
