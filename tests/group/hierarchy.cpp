@@ -21,7 +21,7 @@ namespace {
 /// `keys[r]`: rank r's key per inner level; `local[r]`: the size of its innermost group.
 template <class H>
 void check_layout(const std::vector<std::vector<std::string>>& keys, const std::vector<int>& local, int hosts,
-                  const std::string& label, const std::string& layout_says = "") {
+                  const std::string& label, const std::string& layout_says = "", bool large = false) {
   const int p = static_cast<int>(keys.size());
   auto body = [&](auto& comm) {
     auto world = comm.split(0, comm.rank());
@@ -30,7 +30,7 @@ void check_layout(const std::vector<std::vector<std::string>>& keys, const std::
     CHECK_MESSAGE(h.hosts() == hosts, label << ": " << h.layout());
     if (!layout_says.empty()) CHECK_MESSAGE(contains(h.layout(), layout_says), h.layout());
     testing::report rep;
-    tutti::test::check_hierarchy(h, rep, label);
+    tutti::test::check_hierarchy(h, rep, label, large);
     CHECK_MESSAGE(rep.ok(), rep.text());
     CHECK(rep.checks() > 0);
   };
@@ -50,7 +50,8 @@ using three_levels = hierarchy<level<inproc, scope::numa>, inproc, inproc>;
 }  // namespace
 
 TEST_CASE("hierarchy: 3 hosts of 2 ranks numbered host by host") {
-  check_layout<two_levels>(hosts_of({0, 0, 1, 1, 2, 2}), {2, 2, 2, 2, 2, 2}, 3, "2+2+2", "3 groups of 2+2+2");
+  // Large enough for several pieces of the pipelined all_reduce, all_gather and reduce_scatter.
+  check_layout<two_levels>(hosts_of({0, 0, 1, 1, 2, 2}), {2, 2, 2, 2, 2, 2}, 3, "2+2+2", "3 groups of 2+2+2", true);
 }
 
 TEST_CASE("hierarchy: uneven hosts 2+1+1 numbered out of host order") {
@@ -60,6 +61,8 @@ TEST_CASE("hierarchy: uneven hosts 2+1+1 numbered out of host order") {
 
 TEST_CASE("hierarchy: 3 + 2 ranks on two hosts, interleaved") {
   check_layout<two_levels>(hosts_of({0, 1, 0, 1, 0}), {3, 2, 3, 2, 3}, 2, "3+2 interleaved");
+  // Equal hosts numbered out of order: the pipelined paths place each piece by rank.
+  check_layout<two_levels>(hosts_of({1, 0, 1, 0, 0, 1}), {3, 3, 3, 3, 3, 3}, 2, "3+3 interleaved", "", true);
 }
 
 TEST_CASE("hierarchy: three levels, NUMA nodes inside hosts, uneven and out of order") {

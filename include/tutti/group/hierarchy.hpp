@@ -140,6 +140,8 @@ class hierarchy {
                 "the ranks of one host from a name they agree on (one_host_job: tutti::shm)");
   static constexpr std::size_t top = inner_levels;  // the stage of the outermost leaders
   static constexpr int tag = 0x7475;                // the point-to-point hops inside groups
+  static constexpr std::size_t pipeline_pieces = 16;             // all_reduce's pieces of a block
+  static constexpr std::size_t min_piece_bytes = std::size_t{256} << 10;  // not smaller than this
 
  public:
   /// Joins the job the environment describes (`Outer::from_env()`), then learns the levels.
@@ -193,10 +195,24 @@ class hierarchy {
       const std::size_t L = static_cast<std::size_t>(local_size()), n = buf.size();
       const std::size_t blk = n / L, body = blk * L;
       if (blk > 0) {
+        // In pieces, pipelined: while the outer level carries piece c (posted on the cross
+        // communicator, whose engine runs it), the group reduce_scatters the next pieces, and
+        // all_gathers each piece once it is back.
         T* mine = scratch<T>(0, blk);
-        local().reduce_scatter(view<const T>(buf.data(), body), view<T>(mine, blk), op);
-        cross_->all_reduce(view<T>(mine, blk), op);
-        local().all_gather(view<const T>(mine, blk), view<T>(buf.data(), body));
+        const std::size_t piece = std::max(blk / pipeline_pieces, std::max<std::size_t>(1, min_piece_bytes / sizeof(T)));
+        std::vector<request>& posted = requests_;
+        posted.clear();
+        for (std::size_t at = 0; at < blk; at += piece) {
+          const std::size_t m = std::min(piece, blk - at);
+          local().reduce_scatter(view<const T>(buf.data() + at * L, m * L), view<T>(mine + at, m), op);
+          posted.push_back(cross_->iall_reduce(view<T>(mine + at, m), op));
+        }
+        std::size_t c = 0;
+        for (std::size_t at = 0; at < blk; at += piece, ++c) {
+          const std::size_t m = std::min(piece, blk - at);
+          posted[c].wait();
+          local().all_gather(view<const T>(mine + at, m), view<T>(buf.data() + at * L, m * L));
+        }
       }
       if (body < n) up_and_down(view<T>(buf.data() + body, n - body), op);
     } else {
@@ -243,6 +259,7 @@ class hierarchy {
   void all_gather(view<In> in, view<T> out) {
     const std::size_t b = in.size(), p = size_t_size();
     check_size(out.size(), p * b, "all_gather: out", "size() * in.size()");
+    if (cross_ && b > 0) return all_gather_across(in, out);
     T* h = identity_ ? out.data() : scratch<T>(0, p * b);
     place_own(in, h);
     gather_up(h, b, [&](auto& c, std::span<const std::size_t> counts) {
@@ -319,6 +336,8 @@ class hierarchy {
     if constexpr (std::is_same_v<Op, op::avg>) {
       reduce_scatter(in, out, op::sum{});
       detail::divide_elements(world_.transport(), out.data(), out.size(), size());
+    } else if (cross_ && b > 0) {
+      reduce_scatter_across(in, out, op);
     } else {
       T* work = scratch<T>(0, p * b);
       if (identity_) std::copy(in.begin(), in.end(), work);
@@ -487,12 +506,21 @@ class hierarchy {
   }
   static std::string keys_text(const std::vector<std::string>& key, const std::vector<std::string>& names) {
     std::string t;
-    for (std::size_t i = 0; i < key.size(); ++i) t += (i ? "; " : "") + names[i] + " '" + key[i] + "'";
+    for (std::size_t i = 0; i < key.size(); ++i) {
+      if (i) t += "; ";
+      t += names[i];
+      t += " '";
+      t += key[i];
+      t += '\'';
+    }
     return t;
   }
   static std::string sizes_text(const stage& st) {
     std::string t = std::to_string(st.members_of.size()) + " groups of ";
-    for (std::size_t g = 0; g < st.members_of.size(); ++g) t += (g ? "+" : "") + std::to_string(st.members_of[g].size());
+    for (std::size_t g = 0; g < st.members_of.size(); ++g) {
+      if (g) t += '+';  // appended piece by piece: GCC 12 warns (-Wrestrict) on "+" + ...
+      t += std::to_string(st.members_of[g].size());
+    }
     return t;
   }
   int last_inner_group(const std::vector<std::vector<int>>& group, int r) const {
@@ -602,6 +630,64 @@ class hierarchy {
     else if (c.rank() == rep) c.recv(buf, 0, tag);
   }
 
+  /// Groups of one size L (cross() exists): the rank at position (j, k) (group j, local rank k)
+  /// does its outer-level share with the ranks of local rank k, L such groups at once, and the
+  /// inner level moves the rest, in pieces of every block so that the two levels overlap.
+  template <class T>
+  std::size_t piece_of(std::size_t b) const {
+    return std::max(b / pipeline_pieces, std::max<std::size_t>(1, min_piece_bytes / sizeof(T)));
+  }
+  /// all_gather: across (cross: the H blocks of local rank k), then inside (local: every local
+  /// rank's H blocks), then each piece to its ranks' places in `out`.
+  template <class In, class T>
+  void all_gather_across(view<In> in, view<T> out) {
+    const std::size_t b = in.size(), p = size_t_size(), L = static_cast<std::size_t>(local_size()), H = p / L;
+    const T* src = in.data();
+    if (detail::overlaps(view<const T>(in.data(), b), view<const T>(out.data(), out.size()))) {
+      T* copy = scratch<T>(2, b);  // the pieces are read while out is written
+      std::copy(in.begin(), in.end(), copy);
+      src = copy;
+    }
+    const std::size_t piece = piece_of<T>(b);
+    T* across = scratch<T>(1, H * b);  // piece c: H blocks of m at across + H * at
+    T* inside = scratch<T>(0, p * b);  // piece c: (k, j) blocks of m at inside + p * at
+    requests_.clear();
+    for (std::size_t at = 0; at < b; at += piece) {
+      const std::size_t m = std::min(piece, b - at);
+      requests_.push_back(cross_->iall_gather(view<const T>(src + at, m), view<T>(across + H * at, H * m)));
+    }
+    std::size_t c = 0;
+    for (std::size_t at = 0; at < b; at += piece, ++c) {
+      const std::size_t m = std::min(piece, b - at);
+      requests_[c].wait();
+      local().all_gather(view<const T>(across + H * at, H * m), view<T>(inside + p * at, p * m));
+      for (std::size_t k = 0; k < L; ++k)
+        for (std::size_t j = 0; j < H; ++j)
+          std::copy_n(inside + p * at + (k * H + j) * m, m,
+                      out.data() + static_cast<std::size_t>(order_[j * L + k]) * b + at);
+    }
+  }
+  /// reduce_scatter: each piece laid out (k, j), reduce_scatter inside (local rank k gets the
+  /// host's sums of the H blocks of local rank k), then across (cross rank j gets block j).
+  template <class In, class T, class Op>
+  void reduce_scatter_across(view<In> in, view<T> out, const Op& op) {
+    const std::size_t b = out.size(), p = size_t_size(), L = static_cast<std::size_t>(local_size()), H = p / L;
+    const std::size_t piece = piece_of<T>(b);
+    T* inside = scratch<T>(0, p * b);
+    T* across = scratch<T>(1, H * b);
+    requests_.clear();
+    for (std::size_t at = 0; at < b; at += piece) {
+      const std::size_t m = std::min(piece, b - at);
+      T* w = inside + p * at;
+      for (std::size_t k = 0; k < L; ++k)
+        for (std::size_t j = 0; j < H; ++j)
+          std::copy_n(in.data() + static_cast<std::size_t>(order_[j * L + k]) * b + at, m, w + (k * H + j) * m);
+      local().reduce_scatter(view<const T>(w, p * m), view<T>(across + H * at, H * m), op);
+      requests_.push_back(cross_->ireduce_scatter(view<const T>(across + H * at, H * m), view<T>(out.data() + at, m), op));
+    }
+    for (auto& r : requests_) r.wait();
+  }
+
   /// all_reduce up the stages and back down.
   template <class T, class Op>
   void up_and_down(view<T> buf, const Op& op) {
@@ -705,7 +791,8 @@ class hierarchy {
   int host_ = 0, hosts_ = 1;
   std::string layout_;
   std::vector<std::size_t> counts_;
-  std::array<std::vector<std::byte>, 2> scratch_;
+  std::vector<request> requests_;  // all_reduce's pieces in flight on the cross communicator
+  std::array<std::vector<std::byte>, 3> scratch_;
 };
 
 }  // namespace tutti

@@ -129,7 +129,10 @@ using nth_type = std::tuple_element_t<I, std::tuple<Ts...>>;
 template <std::size_t N>
 std::string shape_text(const int* s) {
   std::string t = "{";
-  for (std::size_t i = 0; i < N; ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+  for (std::size_t i = 0; i < N; ++i) {
+    if (i) t += ", ";
+    t += std::to_string(s[i]);
+  }
   return t + "}";
 }
 }  // namespace detail
@@ -265,7 +268,10 @@ class mesh_of {
 
   std::string axes_text() const {
     std::string t;
-    for (std::size_t i = 0; i < dimensions; ++i) t += (i ? " x " : "") + std::string(names[i]);
+    for (std::size_t i = 0; i < dimensions; ++i) {
+      if (i) t += " x ";
+      t += names[i];
+    }
     return t;
   }
 
