@@ -20,36 +20,12 @@ command -v ip >/dev/null && command -v tc >/dev/null || skip "needs iproute2 (ip
 command -v iperf3 >/dev/null || skip "needs iperf3 to measure the link"
 
 tag="tb$$"
-hub="${tag}h"
-nodes=("${tag}a" "${tag}b" "${tag}c")
+hub="" nodes=()
 out=$(mktemp -d)
-cleanup() {
-  for ns in "${nodes[@]}" "$hub"; do ip netns pids "$ns" 2>/dev/null | xargs -r kill 2>/dev/null; ip netns del "$ns" 2>/dev/null; done
-  rm -rf "$out"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/../tests/multiproc/netns_hosts.sh"
+trap 'remove_hosts; rm -rf "$out"' EXIT
 trap 'exit 130' INT TERM
-
-ip netns add "$hub" 2>/dev/null || skip "cannot create a network namespace here (no CAP_NET_ADMIN?)"
-ip -n "$hub" link add br0 type bridge || skip "cannot create a bridge"
-ip -n "$hub" link set br0 up
-i=0
-for ns in "${nodes[@]}"; do
-  i=$((i + 1))
-  ip netns add "$ns" || skip "cannot create namespace $ns"
-  ip link add "${tag}x$i" type veth peer name "${tag}y$i" || skip "cannot create veth pairs"
-  ip link set "${tag}x$i" netns "$ns"
-  ip link set "${tag}y$i" netns "$hub"
-  ip -n "$ns" link set "${tag}x$i" name eth0
-  ip -n "$hub" link set "${tag}y$i" name "p$i"
-  ip -n "$hub" link set "p$i" master br0 up
-  ip -n "$ns" link set lo up
-  ip -n "$ns" addr add "10.78.0.$i/24" dev eth0
-  ip -n "$ns" link set eth0 up
-  # The host's link, both ways: out of the host (its eth0) and into it (the bridge's port).
-  tc -n "$ns" qdisc add dev eth0 root tbf rate "$rate" burst 1mb latency 20ms || skip "tc tbf failed"
-  tc -n "$hub" qdisc add dev "p$i" root tbf rate "$rate" burst 1mb latency 20ms || skip "tc tbf failed"
-done
+make_hosts "$tag" 10.78.0 eth0 "" "$rate"
 
 echo "# machine: $(uname -m), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cpus"
 echo "# hosts: network namespaces, veth to a bridge, tc tbf $rate each way on every host's link"

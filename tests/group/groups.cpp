@@ -25,6 +25,7 @@ using tutti::test::kind;
 using tutti::test::kind_name;
 using tutti::test::ranks_named;
 using tutti::test::rethrow_if;
+using tutti::test::run_ok;
 using tutti::test::value;
 using tutti::test::expect_equal;
 using tutti::test::has;
@@ -32,12 +33,6 @@ using tutti::test::has;
 namespace {
 
 
-/// Runs `body` on n ranks and fails (instead of hanging the suite) if it does not finish.
-template <class Body>
-void run_ok(int n, Body body, const std::string& what) {
-  const auto err = tutti::test::run_watched(n, body, what);
-  CHECK_NOTHROW(rethrow_if(err));
-}
 
 template <class Comm>
 std::vector<int> world_ranks_of(Comm& g, int world_rank) {

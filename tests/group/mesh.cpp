@@ -21,13 +21,9 @@ using tutti::test::contains;
 using tutti::test::kind;
 using tutti::test::kind_name;
 using tutti::test::rethrow_if;
+using tutti::test::run_ok;
 
 namespace {
-template <class Body>
-void run_ok(int n, Body body, const std::string& what) {
-  const auto err = tutti::test::run_watched(n, body, what);
-  CHECK_NOTHROW(rethrow_if(err));
-}
 
 /// Runs `body` on p ranks, each of which must raise an error of kind `want` whose text holds
 /// every string of `needles`; then the communicator must still work (the mesh failed before

@@ -17,37 +17,15 @@ skip() { echo "SKIP: $*"; exit 77; }
 command -v ip >/dev/null || skip "needs iproute2 (ip)"
 
 tag="t77$$"
-hub="${tag}h"
-nodes=("${tag}a" "${tag}b" "${tag}c")
-cleanup() {
-  for ns in "${nodes[@]}" "$hub"; do ip netns del "$ns" 2>/dev/null; done
-}
-trap cleanup EXIT
+hub="" nodes=()
+source "$(dirname "$0")/netns_hosts.sh"
+trap remove_hosts EXIT
 trap 'exit 130' INT TERM
-
-ip netns add "$hub" 2>/dev/null || skip "cannot create a network namespace here (ip netns add failed: no CAP_NET_ADMIN?)"
-ip -n "$hub" link add br77 type bridge || skip "cannot create a bridge"
-ip -n "$hub" link set br77 up
-i=0
-for ns in "${nodes[@]}"; do
-  i=$((i + 1))
-  ip netns add "$ns" || skip "cannot create namespace $ns"
-  # One veth pair per node: "eth77" inside the node, "p$i" on the hub's bridge.
-  ip link add "${tag}x$i" type veth peer name "${tag}y$i" || skip "cannot create veth pairs"
-  ip link set "${tag}x$i" netns "$ns"
-  ip link set "${tag}y$i" netns "$hub"
-  ip -n "$ns" link set "${tag}x$i" name eth77
-  ip -n "$hub" link set "${tag}y$i" name "p$i"
-  ip -n "$hub" link set "p$i" master br77 up
-  ip -n "$ns" link set lo up
-  ip -n "$ns" addr add "10.77.0.$i/24" dev eth77
-  ip -n "$ns" addr add "fd77::$i/64" dev eth77 nodad
-  ip -n "$ns" link set eth77 up
-done
+make_hosts "$tag" 10.77.0 eth77 fd77
 pass=0 fail=0
 check() { if eval "$2"; then pass=$((pass + 1)); echo "PASS $1"; else fail=$((fail + 1)); echo "FAIL $1"; fi; }
 logs=$(mktemp -d)
-trap 'cleanup; rm -rf "$logs"' EXIT
+trap 'remove_hosts; rm -rf "$logs"' EXIT
 
 # job NAME NNODES NPROC MASTER PROGRAM ARGS...: tuttirun on the first NNODES nodes at once.
 job() {

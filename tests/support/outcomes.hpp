@@ -48,4 +48,12 @@ std::exception_ptr run_watched(int n, Body& body, const std::string& what,
   return nullptr;
 }
 
+/// Runs `body` on n ranks and fails the test (instead of hanging the suite) if it throws or
+/// does not finish.
+template <class Body>
+void run_ok(int n, Body body, const std::string& what) {
+  const auto err = run_watched(n, body, what);
+  CHECK_NOTHROW(rethrow_if(err));
+}
+
 }  // namespace tutti::test
