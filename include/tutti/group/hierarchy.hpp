@@ -557,12 +557,15 @@ class hierarchy {
       // A one-host transport: every group must lie within a host (by the node keys).
       for (const auto& m : st.members_of)
         for (int r : m)
-          if (node_[static_cast<std::size_t>(r)] != node_[static_cast<std::size_t>(m[0])])
+          if (node_[static_cast<std::size_t>(r)] != node_[static_cast<std::size_t>(m[0])]) {
+            const auto texts = detail::gather_node_texts(world_);  // every rank finds the same group
             throw config_error("hierarchy: level " + std::to_string(I) + " (" +
                                std::string(level_type<I>::scope_type::name) +
                                ") has a transport of one host, but its group of ranks " + std::to_string(m[0]) +
-                               " and " + std::to_string(r) +
-                               " spans two hosts (different node keys); give the level a key within hosts");
+                               " and " + std::to_string(r) + " spans two hosts (node keys '" +
+                               texts[static_cast<std::size_t>(m[0])] + "' and '" + texts[static_cast<std::size_t>(r)] +
+                               "'); give the level a key within hosts");
+          }
       auto slice = world_.split(color, key);
       if (slice)
         std::get<I>(groups_).emplace(detail::one_host_group<typename level_type<I>::transport_type>(
@@ -760,9 +763,7 @@ class hierarchy {
 
   template <class T>
   T* scratch(std::size_t which, std::size_t n) {
-    auto& s = scratch_[which];
-    if (s.size() < n * sizeof(T)) s.resize(n * sizeof(T));
-    return reinterpret_cast<T*>(s.data());
+    return reinterpret_cast<T*>(scratch_[which].reserve(n * sizeof(T)));
   }
 
   void check_root(int root, const char* call) const {
@@ -792,7 +793,7 @@ class hierarchy {
   std::string layout_;
   std::vector<std::size_t> counts_;
   std::vector<request> requests_;  // all_reduce's pieces in flight on the cross communicator
-  std::array<std::vector<std::byte>, 3> scratch_;
+  std::array<detail::scratch_buffer, 3> scratch_;  // kept between calls; written before read
 };
 
 }  // namespace tutti

@@ -153,13 +153,14 @@ class mesh_of {
   static constexpr std::array<std::string_view, dimensions> names{Axes::name...};
 
  private:
-  static constexpr bool names_distinct() {
-    for (std::size_t i = 0; i < dimensions; ++i)
-      for (std::size_t j = i + 1; j < dimensions; ++j)
-        if (names[i] == names[j]) return false;
+  template <class T, std::size_t K>
+  static constexpr bool distinct(const std::array<T, K>& a) {
+    for (std::size_t i = 0; i < K; ++i)
+      for (std::size_t j = i + 1; j < K; ++j)
+        if (a[i] == a[j]) return false;
     return true;
   }
-  static_assert(names_distinct(), "tutti::mesh: two axes have the same name");
+  static_assert(distinct(names), "tutti::mesh: two axes have the same name");
 
   template <class Ax>
   using transport_of = std::conditional_t<std::is_void_v<typename Ax::transport_type>, typename Comm::transport_type,
@@ -198,7 +199,7 @@ class mesh_of {
       coords_[i] = r % shape_[i];
       r /= shape_[i];
     }
-    if constexpr ((own_group<Axes> || ...)) keys_ = detail::gather_node_keys(*world_, "mesh");
+    if constexpr ((own_group<Axes> || ...)) node_ = detail::gather_node_hashes(*world_, "mesh");
     make_axes(std::index_sequence_for<Axes...>{});
   }
 
@@ -257,13 +258,6 @@ class mesh_of {
     for (std::size_t i = 0; i < dimensions; ++i)
       if (names[i] == name) return i;
     return dimensions;
-  }
-  template <std::size_t K>
-  static constexpr bool distinct(const std::array<std::size_t, K>& a) {
-    for (std::size_t i = 0; i < K; ++i)
-      for (std::size_t j = i + 1; j < K; ++j)
-        if (a[i] == a[j]) return false;
-    return true;
   }
 
   std::string axes_text() const {
@@ -331,33 +325,30 @@ class mesh_of {
   }
 
   /// Raises `config_error` on every rank if any slice of axis i spans two hosts (every rank has
-  /// every rank's key, so all decide alike).
+  /// every rank's key hash, so all decide alike).
   void check_within_hosts(std::size_t i) {
+    int stride = 1;  // between ranks that differ by one on axis i
+    for (std::size_t j = dimensions; j-- > i + 1;) stride *= shape_[j];
     const int p = world_->size();
     for (int r = 0; r < p; ++r) {
-      // The first rank of r's slice: r with coordinate i set to 0.
-      int stride = 1;
-      for (std::size_t j = dimensions; j-- > i + 1;) stride *= shape_[j];
-      const int c = (r / stride) % shape_[i];
-      const int first = r - c * stride;
-      if (keys_.hashes[static_cast<std::size_t>(r)] == keys_.hashes[static_cast<std::size_t>(first)]) continue;
-      const auto& a = keys_.texts[static_cast<std::size_t>(first)];
-      const auto& b = keys_.texts[static_cast<std::size_t>(r)];
+      const int first = r - (r / stride) % shape_[i] * stride;  // r with coordinate i set to 0
+      if (node_[static_cast<std::size_t>(r)] == node_[static_cast<std::size_t>(first)]) continue;
+      const auto texts = detail::gather_node_texts(*world_);
       throw config_error("mesh (" + axes_text() + "): axis \"" + std::string(names[i]) +
                          "\" has a transport of one host, but its ranks " + std::to_string(first) + " and " +
-                         std::to_string(r) + " are on different hosts (node keys '" + a + "' and '" + b +
+                         std::to_string(r) + " are on different hosts (node keys '" +
+                         texts[static_cast<std::size_t>(first)] + "' and '" + texts[static_cast<std::size_t>(r)] +
                          "'); give that axis the communicator's transport, or order the ranks host by host");
     }
     detail::log(log_level::info, world_->settings(), world_->rank(),
-                "mesh (" + axes_text() + "): axis \"" + std::string(names[i]) + "\" lies within hosts (node key '" +
-                    keys_.texts[static_cast<std::size_t>(world_->rank())] + "')");
+                "mesh (" + axes_text() + "): axis \"" + std::string(names[i]) + "\" lies within hosts");
   }
 
   shape_type shape_{};
   shape_type coords_{};
   std::optional<Comm> world_;
   std::tuple<std::optional<communicator_of<Axes>>...> axes_;
-  detail::node_keys keys_;  // every rank's, where an axis has a one-host transport
+  std::vector<std::uint64_t> node_;  // every rank's node key hash, where an axis has a one-host transport
 };
 
 /// Makes a mesh of `comm`'s ranks with the axes `Axes` and the run-time `shape` (collective).

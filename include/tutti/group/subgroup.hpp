@@ -25,33 +25,34 @@
 
 namespace tutti::detail {
 
-/// Every rank's node key: its hash, and its text cut to 255 characters (for messages).
-struct node_keys {
-  std::vector<std::uint64_t> hashes;
-  std::vector<std::string> texts;
-};
-
-/// One all_gather of the hashes and one of the texts over `c`; logs this rank's key and its
-/// parts at TUTTI_DEBUG=info, under `who`.
+/// Every rank's node key hash (one all_gather of a word per rank over `c`); logs this rank's
+/// key and its parts at TUTTI_DEBUG=info, under `who`.
 template <class Comm>
-node_keys gather_node_keys(Comm& c, std::string_view who) {
+std::vector<std::uint64_t> gather_node_hashes(Comm& c, std::string_view who) {
   const node_identity me = node_identity::of_this_process();
-  const auto p = static_cast<std::size_t>(c.size());
-  node_keys k;
-  k.hashes.resize(p);
+  std::vector<std::uint64_t> hashes(static_cast<std::size_t>(c.size()));
   const std::uint64_t h = me.hash();
-  c.all_gather(view<const std::uint64_t>(&h, 1), view<std::uint64_t>(k.hashes), algo::direct{});
-  constexpr std::size_t width = 256;
-  std::vector<char> mine(width, '\0'), all(width * p);
-  const std::string text = me.key();
-  std::copy_n(text.begin(), std::min(text.size(), width - 1), mine.begin());
-  c.all_gather(view<const char>(mine), view<char>(all), algo::direct{});
-  for (std::size_t r = 0; r < p; ++r) k.texts.emplace_back(all.data() + r * width);
+  c.all_gather(view<const std::uint64_t>(&h, 1), view<std::uint64_t>(hashes), algo::direct{});
   log(log_level::info, c.settings(), c.rank(),
-      std::string(who) + ": node key '" + text + "' (hostname '" + me.hostname + "', boot id " + me.boot_id + ", " +
+      std::string(who) + ": node key '" + me.key() + "' (hostname '" + me.hostname + "', boot id " + me.boot_id + ", " +
           me.ipc_namespace + ", " + me.net_namespace +
           (me.given.empty() ? std::string(", TUTTI_NODE_ID unset") : std::string(", from TUTTI_NODE_ID")) + ")");
-  return k;
+  return hashes;
+}
+
+/// Every rank's node key text, cut to 255 characters, for a message that names two ranks'
+/// hosts. Collective: called where every rank found the same fault in the gathered hashes.
+template <class Comm>
+std::vector<std::string> gather_node_texts(Comm& c) {
+  constexpr std::size_t width = 256;
+  const auto p = static_cast<std::size_t>(c.size());
+  std::vector<char> mine(width, '\0'), all(width * p);
+  const std::string text = node_identity::of_this_process().key();
+  std::copy_n(text.begin(), std::min(text.size(), width - 1), mine.begin());
+  c.all_gather(view<const char>(mine), view<char>(all), algo::direct{});
+  std::vector<std::string> texts;
+  for (std::size_t r = 0; r < p; ++r) texts.emplace_back(all.data() + r * width);
+  return texts;
 }
 
 /// A communicator of transport T, algorithm `a`, over the members of `slice` (ranked as
