@@ -15,6 +15,7 @@
 #include <tutti/tutti.hpp>
 #include <vector>
 
+#include "../support/job_world.hpp"
 #include "../support/conformance.hpp"
 
 #if defined(TUTTI_CONFORMANCE_TCP)
@@ -33,14 +34,7 @@ using namespace tutti;
 using tutti::test::suite_options;
 
 namespace {
-communicator<transport_under_test>& world() {
-  static communicator<transport_under_test> comm = [] {
-    auto c = communicator<transport_under_test>::from_env();
-    c.set_timeout(std::chrono::seconds(120));
-    return c;
-  }();
-  return comm;
-}
+communicator<transport_under_test>& world() { return tutti::test::job_world<transport_under_test>(std::chrono::seconds(120)); }
 
 /// A fresh communicator of every rank of the job (every rank calls it together).
 communicator<transport_under_test> fresh() {

@@ -11,6 +11,7 @@
 #include <string>
 #include <type_traits>
 
+#include "../support/job_world.hpp"
 #include "../support/expected_hosts.hpp"
 #include "../support/mesh_checks.hpp"
 #include "../support/outcomes.hpp"
@@ -26,14 +27,7 @@ using namespace tutti;
 using tutti::test::contains;
 
 namespace {
-communicator<world_transport>& world() {
-  static communicator<world_transport> comm = [] {
-    auto c = communicator<world_transport>::from_env();
-    c.set_timeout(std::chrono::seconds(60));
-    return c;
-  }();
-  return comm;
-}
+communicator<world_transport>& world() { return tutti::test::job_world<world_transport>(); }
 
 /// Sets TUTTI_NODE_ID for the scope (every rank says which "host" it is on).
 struct node_id {

@@ -12,6 +12,7 @@
 #include <string>
 #include <tutti/transport/mpi.hpp>
 
+#include "../support/job_world.hpp"
 #include "../support/collective_checks.hpp"
 #include "../support/outcomes.hpp"
 
@@ -19,14 +20,7 @@ using namespace tutti;
 using namespace tutti::test;
 
 namespace {
-communicator<mpi>& world() {
-  static communicator<mpi> comm = [] {
-    auto c = communicator<mpi>::from_env();
-    c.set_timeout(std::chrono::seconds(60));
-    return c;
-  }();
-  return comm;
-}
+communicator<mpi>& world() { return tutti::test::job_world<mpi>(); }
 
 /// A communicator of every rank, apart from the world, for tests that break theirs on purpose.
 communicator<mpi> fresh(std::chrono::milliseconds timeout) {

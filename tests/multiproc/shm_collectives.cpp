@@ -6,20 +6,14 @@
 
 #include <numeric>
 
+#include "../support/job_world.hpp"
 #include "../support/collective_checks.hpp"
 
 using namespace tutti;
 using namespace tutti::test;
 
 namespace {
-communicator<shm>& world() {
-  static communicator<shm> comm = [] {
-    auto c = communicator<shm>::from_env();
-    c.set_timeout(std::chrono::seconds(60));
-    return c;
-  }();
-  return comm;
-}
+communicator<shm>& world() { return tutti::test::job_world<shm>(); }
 }  // namespace
 
 TEST_SUITE_BEGIN("multiproc");

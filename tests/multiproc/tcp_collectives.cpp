@@ -7,20 +7,14 @@
 #include <numeric>
 #include <tutti/transport/tcp.hpp>
 
+#include "../support/job_world.hpp"
 #include "../support/collective_checks.hpp"
 
 using namespace tutti;
 using namespace tutti::test;
 
 namespace {
-communicator<tcp>& world() {
-  static communicator<tcp> comm = [] {
-    auto c = communicator<tcp>::from_env();
-    c.set_timeout(std::chrono::seconds(60));
-    return c;
-  }();
-  return comm;
-}
+communicator<tcp>& world() { return tutti::test::job_world<tcp>(); }
 }  // namespace
 
 TEST_SUITE_BEGIN("multiproc");
