@@ -3,7 +3,7 @@
 #   1. the whole suite (ctest), release build;
 #   2. the whole suite but the examples again under AddressSanitizer + UndefinedBehaviorSanitizer;
 #   3. the multi-rank thread tests under ThreadSanitizer;
-#   4. the wire parsers under libFuzzer, 25 s per target (tests/fuzz; skipped without clang's libFuzzer);
+#   4. the wire parsers under libFuzzer, 10 s per target (tests/fuzz; skipped without clang's libFuzzer);
 #   5. consumer projects: find_package with components against the installed package and the build
 #      tree, add_subdirectory, and pkg-config.
 # Usage: tools/test.sh [--quick]   (--quick: step 1 only)
@@ -41,8 +41,8 @@ cmake --build build-tsan -j "$jobs" --target tutti_tests
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   ctest --test-dir build-tsan --output-on-failure -j "$jobs" -L multirank --timeout 900
 
-step "fuzz the wire parsers (libFuzzer + ASan/UBSan, 25 s per target)"
-tests/fuzz/run.sh build 25
+step "fuzz the wire parsers (libFuzzer + ASan/UBSan, 10 s per target)"
+tests/fuzz/run.sh build 10
 
 step "consumer projects: find_package (install, build tree), add_subdirectory, pkg-config"
 rm -rf build-pkg && mkdir -p build-pkg

@@ -7,6 +7,10 @@
 // program whose peer was lost fails), or 3 when a check failed. Driven by fault_random.sh, which
 // also checks the launcher, the leftovers and the ports.
 //
+// With TUTTI_FAULT_SHRINK=1 (3..5 ranks; tuttirun --keep-going) each survivor then shrinks:
+// the new communicator must hold the survivors in their old order, and run 20 more verified
+// collectives; it reports "shrunk: ..." and exits 0.
+//
 //   fault_random --plan SEED       prints the trial of SEED: np, signal, victim, at, delay, a free port
 //   fault_random --bind-port P     exits 0 if 127.0.0.1:P can be bound and listened on again
 //   fault_random SEED              (under tuttirun) one rank of the trial
@@ -15,6 +19,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -43,11 +48,16 @@ struct plan {
   int np, sig, victim, at, delay_us;
 };
 
+bool shrink_mode() {
+  const char* v = std::getenv("TUTTI_FAULT_SHRINK");
+  return v && std::string(v) == "1";
+}
+
 plan make_plan(std::uint64_t seed) {
   std::uint64_t x = mix(seed);
   auto next = [&](std::uint64_t n) { return static_cast<int>((x = mix(x)) % n); };
   plan p;
-  p.np = 2 + next(4);
+  p.np = shrink_mode() ? 3 + next(3) : 2 + next(4);
   p.sig = next(2) ? SIGSTOP : SIGKILL;
   p.victim = next(static_cast<std::uint64_t>(p.np));
   p.at = next(30);
@@ -78,6 +88,40 @@ int free_port() {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
   ::close(fd);
   return ntohs(a.sin_port);
+}
+
+/// Shrink mode, on a survivor: the new communicator of the others, checked, and 20 verified
+/// collectives on it. 0 when all is well, else 3 (reported).
+template <class Comm>
+int carry_on(Comm& comm, const plan& p, std::uint64_t seed) {
+  const int me = comm.rank();
+  try {
+    std::vector<int> kept;
+    auto next = comm.shrink(&kept);
+    std::vector<int> want;
+    for (int r = 0; r < p.np; ++r)
+      if (r != p.victim) want.push_back(r);
+    const auto at = static_cast<int>(std::find(want.begin(), want.end(), me) - want.begin());
+    if (kept != want || next.size() != p.np - 1 || next.rank() != at) {
+      std::string got;
+      for (int k : kept) got += " " + std::to_string(k);
+      std::printf("SHRINK WRONG rank %d: now rank %d of %d, kept%s\n", me, next.rank(), next.size(), got.c_str());
+      return 3;
+    }
+    for (std::uint64_t i = 0; i < 20; ++i) {
+      const step s = make_step(seed ^ 0x5eedu, i, next.size());
+      if (auto o = run_step(next, s, i); !o.wrong.empty()) {
+        std::printf("WRONG RESULT after shrink: rank %d collective %llu (%s): %s\n", next.rank(),
+                    static_cast<unsigned long long>(i), s.describe().c_str(), o.wrong.c_str());
+        return 3;
+      }
+    }
+    std::printf("shrunk: rank %d carries on as rank %d of %d; 20 collectives verified\n", me, next.rank(), next.size());
+    return 0;
+  } catch (const std::exception& e) {
+    std::printf("SHRINK FAILED rank %d: %s\n", me, e.what());
+    return 3;
+  }
 }
 
 }  // namespace
@@ -194,6 +238,12 @@ int main(int argc, char** argv) {
                 kind_ok ? "expected kind" : "UNEXPECTED kind", p.victim, names ? "yes" : "NO", in_time ? "yes" : "NO",
                 fds);
     std::fflush(stdout);
-    return kind_ok && names && in_time && fds == 0 && comm.rank() != p.victim ? 1 : 3;
+    const bool ok = kind_ok && names && in_time && fds == 0 && comm.rank() != p.victim;
+    if (ok && shrink_mode()) {
+      const int rc = carry_on(comm, p, seed);
+      std::fflush(stdout);
+      return rc;
+    }
+    return ok ? 1 : 3;
   }
 }

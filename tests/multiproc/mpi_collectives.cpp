@@ -258,3 +258,24 @@ TEST_CASE("over mpi: from_env checks the launcher's variables against MPI") {
 }
 
 TEST_SUITE_END();
+
+TEST_CASE("over mpi: shrink needs ULFM (MPIX_Comm_shrink), without it a usage_error that says so") {
+#if defined(MPIX_ERR_PROC_FAILED)
+  MESSAGE("this MPI has ULFM: shrink is MPIX_Comm_shrink, not tested without a failure here");
+#else
+  std::string what;
+  CHECK(outcome([&] { (void)world().shrink(); }, what) == kind::usage);
+  CHECK(what.find("no ULFM") != std::string::npos);
+  CHECK(what.find("MPIX_Comm_shrink") != std::string::npos);
+  CHECK(what.find("tuttirun --max-restarts") != std::string::npos);
+  // The communicator is untouched and works on.
+  std::vector<int> v{world().rank()};
+  world().all_reduce(view(v));
+  CHECK(v[0] == world().size() * (world().size() - 1) / 2);
+#endif
+  auto g = fresh(std::chrono::seconds(30));
+  auto sub = g.split(0, g.rank());
+  REQUIRE(sub.has_value());
+  CHECK(outcome([&] { (void)sub->shrink(); }, what) == kind::usage);
+  CHECK(what.find("world communicator") != std::string::npos);
+}

@@ -210,6 +210,28 @@ class communicator {
     return communicator(t_.shrink(cfg_.timeout, kept), algo_, cfg_);
   }
 
+  /// A larger communicator: this one's ranks, keeping their numbers, and `joiners` processes
+  /// that join the job (started with `TUTTI_JOIN=1` and the job's store address and token; their
+  /// `from_env()` returns the same larger communicator), numbered after them in the order they
+  /// came. Every rank of the world calls it with the same `joiners` (checked first: a rank that
+  /// passes another count gets `mismatch_error` on every rank); rank 0 waits up to the timeout
+  /// for the joiners. This communicator stays usable. With this one's algorithm and settings.
+  communicator grow(int joiners)
+    requires growable<Transport>
+  {
+    ordered();
+    if (context_ != 0) usage("grow: call it on the world communicator, not on a group");
+    if (joiners < 1) usage("grow: joiners must be at least 1, not " + std::to_string(joiners));
+    std::vector<int> counts(static_cast<std::size_t>(size()));
+    const int mine[1] = {joiners};
+    all_gather(view<const int>(mine, 1), view(counts));
+    for (int r = 0; r < size(); ++r)
+      if (counts[static_cast<std::size_t>(r)] != counts[0])
+        throw mismatch_error("grow: rank 0 grows by " + std::to_string(counts[0]) + " joiner(s), rank " + std::to_string(r) +
+                             " by " + std::to_string(counts[static_cast<std::size_t>(r)]));
+    return communicator(t_.grow(joiners, cfg_.timeout), algo_, cfg_);
+  }
+
   /// This rank's flight recorder: its last operations on this communicator with their
   /// fingerprints, start times and outcomes, as printed on failure and on SIGUSR1.
   std::string flight_record(std::size_t max = detail::flight_capacity) const { return recorder_.text(max); }

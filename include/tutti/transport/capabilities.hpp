@@ -16,6 +16,7 @@
 /// | `failure_notices`    | tells the peers this rank failed, and why                         | communicator     |
 /// | `last_words`         | leaves a note (a usage error) peers quote if this rank goes away  | communicator     |
 /// | `shrinkable`         | a new job of the ranks still alive                                | `shrink()`       |
+/// | `growable`           | a larger job: these ranks and processes that join                 | `grow()`         |
 /// | `shared_allocation`  | memory the peers can read where it lies                           | `allocate()`     |
 /// | `from_environment`   | joins the job the environment describes                           | `from_env()`     |
 /// | `own_memory`         | its own copy and reduce, for a memory kind the CPU may not touch  | channel          |
@@ -168,6 +169,12 @@ concept last_words = transport<T> && requires(T& t, std::string_view what) {
 template <class T>
 concept shrinkable = transport<T> && requires(const T& ct, std::chrono::milliseconds timeout, std::vector<int>* kept) {
   { ct.shrink(timeout, kept) } -> std::same_as<T>;
+};
+
+/// A larger world: this one's ranks and processes that join it (`communicator::grow`).
+template <class T>
+concept growable = transport<T> && requires(const T& ct, int joiners, std::chrono::milliseconds timeout) {
+  { ct.grow(joiners, timeout) } -> std::same_as<T>;
 };
 
 /// Memory its peers read where it lies (`communicator::allocate`).

@@ -46,6 +46,9 @@
 #pragma once
 
 #include <mpi.h>
+#if defined(OPEN_MPI) && __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>  // Open MPI's extensions: ULFM's MPIX_Comm_shrink where it was built with it
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -461,6 +464,51 @@ class mpi {
     mpi t(std::move(st), context);
     t.adopt();
     return t;
+  }
+
+  /// After a failure, the transport of the ranks still alive (`communicator::shrink`): with an
+  /// MPI that has ULFM (MPIX_Comm_shrink: MPICH, Open MPI 5 built with it), the communicator is
+  /// revoked and shrunk, and the survivors keep their order. Elsewhere (Debian's Open MPI 4.1)
+  /// `usage_error` saying so: there, restart the job (`mpiexec` again, or a launcher's restarts).
+  /// MPI's own shrink has no deadline: `timeout` bounds only the duplication that follows.
+  TUTTI_COLD mpi shrink(std::chrono::milliseconds timeout, std::vector<int>* kept = nullptr) const {
+    if (context_ != 0) throw usage_error("mpi shrink: call it on the world communicator, not on a group");
+#if defined(MPIX_ERR_PROC_FAILED)
+    using namespace detail::mpi_impl;
+    const std::string where = "tutti::mpi::shrink";
+    MPIX_Comm_revoke(st_->comm);  // every survivor leaves what it was waiting in
+    MPI_Comm survivors = MPI_COMM_NULL;
+    check(MPIX_Comm_shrink(st_->comm, &survivors), "MPIX_Comm_shrink", where);
+    if (kept) {
+      MPI_Group old_group, new_group;
+      MPI_Comm_group(st_->comm, &old_group);
+      MPI_Comm_group(survivors, &new_group);
+      int n = 0;
+      MPI_Comm_size(survivors, &n);
+      std::vector<int> ranks(static_cast<std::size_t>(n));
+      for (int i = 0; i < n; ++i) ranks[static_cast<std::size_t>(i)] = i;
+      kept->assign(static_cast<std::size_t>(n), 0);
+      MPI_Group_translate_ranks(new_group, n, ranks.data(), old_group, kept->data());
+      MPI_Group_free(&old_group);
+      MPI_Group_free(&new_group);
+    }
+    mpi t = create(survivors, timeout);
+    MPI_Comm_free(&survivors);
+    return t;
+#else
+    (void)timeout;
+    (void)kept;
+    throw usage_error("mpi shrink: this MPI has no ULFM (no MPIX_Comm_shrink; "
+#if defined(OPEN_MPI)
+                      "Open MPI " + std::to_string(OMPI_MAJOR_VERSION) + "." + std::to_string(OMPI_MINOR_VERSION) +
+                      " was built without it"
+#else
+                      "its mpi.h does not declare it"
+#endif
+                      "), so the survivors of a failure cannot form a new communicator in this job: start it "
+                      "again (tuttirun --max-restarts, or mpiexec again), or use tutti::shm or tutti::tcp, which "
+                      "shrink");
+#endif
   }
 
   // ---- point to point ---------------------------------------------------------------------
@@ -1213,6 +1261,6 @@ class mpi {
   int size_ = 1;
 };
 
-static_assert(transport<mpi> && native_collectives<mpi> && failure_notices<mpi> && from_environment<mpi>);
+static_assert(transport<mpi> && native_collectives<mpi> && failure_notices<mpi> && from_environment<mpi> && shrinkable<mpi>);
 
 }  // namespace tutti

@@ -44,6 +44,9 @@ struct segment {
   std::string single_copy_note;               // why (not), for TUTTI_DEBUG=info
   std::vector<std::byte> staging[3];          // where single-copy reads land
   std::string job_id;                         // this job's rendezvous name (shrink and groups derive new ones)
+  std::string base_job_id;                    // the job id the world started with: joiners find it by it (grow.hpp)
+  std::string token;                          // TUTTI_JOB_TOKEN: a joiner must present it
+  std::uint32_t grows = 0;                    // grows this world has made
   std::chrono::milliseconds timeout{0};       // start-up's deadline (a group's segment waits as long)
 
   std::byte* arena_base = nullptr;  // the arenas' mapping (not pre-faulted)

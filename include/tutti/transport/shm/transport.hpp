@@ -34,6 +34,7 @@
 #include "tutti/transport/shm/options.hpp"
 #include "tutti/transport/shm/rings.hpp"
 #include "tutti/transport/shm/segment.hpp"
+#include "tutti/transport/shm/grow.hpp"
 #include "tutti/transport/shm/shrink.hpp"
 #include "tutti/transport/shm/startup.hpp"
 #include "tutti/transport/shm/windows.hpp"
@@ -50,7 +51,29 @@ class shm {
 
   /// Joins the job described by the environment (`job_env::from_env`): every rank must be on
   /// this host (LOCAL_WORLD_SIZE == WORLD_SIZE). Waits for the others up to `TUTTI_TIMEOUT`.
-  static shm from_env() { return create(job_env::from_env(), config::from_env()); }
+  /// With `TUTTI_JOIN=1`, joins a running job instead (its TUTTI_JOB_ID or MASTER_PORT, and its
+  /// TUTTI_JOB_TOKEN): the transport of the world its ranks' next `grow()` makes, in which this
+  /// process has a rank after the old ones (shm/grow.hpp).
+  static shm from_env() {
+    const config cfg = config::from_env();
+    const char* join = detail::getenv_nonempty("TUTTI_JOIN");
+    if (join && std::string_view(join) != "0") {
+      if (std::string_view(join) != "1") throw config_error("TUTTI_JOIN='" + std::string(join) + "': use 1 (join a running job) or 0");
+      std::string base;
+      if (const char* id = detail::getenv_nonempty("TUTTI_JOB_ID")) base = id;
+      else if (const auto port = detail::env_int("MASTER_PORT", 1, 65535)) base = "port" + std::to_string(*port);
+      else throw config_error("TUTTI_JOIN=1: a joiner needs the running job's TUTTI_JOB_ID or MASTER_PORT to find it");
+      const std::string token = job_token();
+      const auto j = detail::shm_impl::ask_to_join(base, token, cfg.timeout);
+      shm t = create(j.rank, j.world, j.job_id, j.opt, cfg.timeout);
+      t.seg_->base_job_id = base;
+      t.seg_->token = token;
+      detail::log(log_level::info, cfg, j.rank, "shm: joined job '" + base + "' as rank " + std::to_string(j.rank) + " of " +
+                                                     std::to_string(j.world));
+      return t;
+    }
+    return create(job_env::from_env(), cfg);
+  }
 
   TUTTI_COLD static shm create(const job_env& job, const config& cfg) {
     if (job.local_world_size != job.world_size)
@@ -58,6 +81,8 @@ class shm {
                          std::to_string(job.local_world_size) + " of " + std::to_string(job.world_size) +
                          " ranks run here; use tutti::tcp or a hierarchy across hosts");
     shm t = create(job.rank, job.world_size, job.job_id, shm_options::from_env(job.world_size), cfg.timeout);
+    t.seg_->base_job_id = job.job_id;
+    t.seg_->token = job_token();
     detail::log(log_level::info, cfg, job.rank, "shm: " + t.seg_->single_copy_note);
     return t;
   }
@@ -263,7 +288,31 @@ class shm {
     }
     const int new_rank = std::popcount(s.members & (bit(seg.world_rank) - 1));
     const int new_size = std::popcount(s.members);
-    return create(new_rank, new_size, seg.job_id + ".shrink" + std::to_string(s.generation), seg.lay.opt, timeout);
+    return successor(create(new_rank, new_size, seg.job_id + ".shrink" + std::to_string(s.generation), seg.lay.opt, timeout));
+  }
+
+  /// The transport of a larger world: this one's ranks (same numbers) and `joiners` processes
+  /// started with `TUTTI_JOIN=1`, numbered after them in the order they came (`communicator::grow`;
+  /// grow.hpp). Rank 0 waits up to `timeout` for them. This transport stays usable.
+  TUTTI_COLD shm grow(int joiners, std::chrono::milliseconds timeout) const {
+    if (group_.context() != 0) throw usage_error("shm grow: call it on the world communicator, not on a group");
+    auto& seg = *seg_;
+    const std::string job = seg.job_id + ".grow" + std::to_string(++seg.grows);
+    if (seg.world_rank == 0)
+      detail::shm_impl::take_joiners(seg.base_job_id, seg.token, seg.lay.p, joiners, job, seg.lay.opt, timeout);
+    return successor(create(seg.world_rank, seg.lay.p + joiners, job, seg.lay.opt, timeout));
+  }
+
+  /// `next`, a job that follows this one (shrink, grow): joiners still find it by the first id.
+  shm successor(shm next) const {
+    next.seg_->base_job_id = seg_->base_job_id.empty() ? seg_->job_id : seg_->base_job_id;
+    next.seg_->token = seg_->token;
+    return next;
+  }
+
+  static std::string job_token() {
+    const char* t = detail::getenv_nonempty("TUTTI_JOB_TOKEN");
+    return t ? t : "";
   }
 
   /// Marks this rank failed, so its peers raise `peer_lost` with `what` instead of timing out.
@@ -385,7 +434,7 @@ class shm {
 };
 
 static_assert(transport<shm> && zero_copy_recv<shm> && shared_window<shm> && posted_check<shm> &&
-              window_sources<shm> && failure_notices<shm> && last_words<shm> && shrinkable<shm> &&
+              window_sources<shm> && failure_notices<shm> && last_words<shm> && shrinkable<shm> && growable<shm> &&
               shared_allocation<shm> && from_environment<shm> && one_host_job<shm>);
 
 }  // namespace tutti

@@ -33,8 +33,10 @@
 #include <vector>
 
 #include "tutti/detail/attributes.hpp"
+#include "tutti/bootstrap/env.hpp"
 #include "tutti/bootstrap/net/sockets.hpp"
 #include "tutti/bootstrap/store.hpp"
+#include "tutti/core/config.hpp"
 #include "tutti/core/error.hpp"
 #include "tutti/core/fingerprint.hpp"
 #include "tutti/detail/buffer.hpp"
@@ -60,7 +62,11 @@ struct link {
 /// waiting notice for a call this rank has left, its FIN). A socket closed with unread bytes
 /// sends a reset, and a reset throws away what the kernel had not yet delivered: the peer
 /// would lose this rank mid-message.
-inline void close_gracefully(std::vector<link*> links, std::chrono::milliseconds linger) noexcept {
+///
+/// `sent_is_enough`: stop waiting once everything has left this host (nothing unsent), without
+/// waiting for the acknowledgements (which a peer's delayed ACK may hold back 40 ms): what a
+/// reset throws away is what was never sent (`tcp::fail`, which must return promptly).
+inline void close_gracefully(std::vector<link*> links, std::chrono::milliseconds linger, bool sent_is_enough = false) noexcept {
   const auto deadline = std::chrono::steady_clock::now() + linger;
   std::array<char, 4096> sink;
   for (link* l : links) ::shutdown(l->fd(), SHUT_WR);
@@ -82,7 +88,7 @@ inline void close_gracefully(std::vector<link*> links, std::chrono::milliseconds
       if (!over && (::getsockopt(l.fd(), IPPROTO_TCP, TCP_INFO, &info, &len) != 0 || info.tcpi_state == TCP_CLOSE))
         over = true;
       int unacknowledged = 0;
-      if (!over && ::ioctl(l.fd(), SIOCOUTQ, &unacknowledged) != 0) over = true;
+      if (!over && ::ioctl(l.fd(), sent_is_enough ? SIOCOUTQNSD : SIOCOUTQ, &unacknowledged) != 0) over = true;
       if (over || unacknowledged == 0) {
         links[i] = links.back();
         links.pop_back();
@@ -123,7 +129,7 @@ struct connections {
   tcp_options opt;
   bool oversubscribed = false;
   std::vector<std::vector<std::unique_ptr<link>>> peers;  // [world rank][stream]
-  std::unique_ptr<store_server> server;                   // rank 0: the store lives as long as this
+  std::shared_ptr<store_server> server;                   // rank 0: the store lives as long as this (and successors)
   std::string failure;                                    // set by fail(): the transport is unusable
 
   // The world's, for the groups' own connections (tcp::sub): every rank keeps listening, knows
@@ -139,6 +145,11 @@ struct connections {
   std::vector<arrival> arrived;
   std::string job_id, token;
   int refusals_logged = 0;
+  job_env job;            // as the world started (a shrink starts its new job from it)
+  config cfg;
+  std::uint32_t shrinks = 0;  // agreements this world has started (tcp/shrink.hpp)
+  std::uint32_t grows = 0;    // grows this world has started (tcp/grow.hpp)
+  long long joiners_taken = 0;  // rank 0: joiners' tickets its store has handed to grows
 };
 
 inline std::string sockaddr_text(const asio::ip::tcp::endpoint& e) {

@@ -154,9 +154,18 @@ TUTTI_COLD inline void accept_all(connections& m, asio::ip::tcp::acceptor& accep
   }
 }
 
+/// How a start-up uses the store. The first job of a world: rank 0 serves it on MASTER_PORT and
+/// every rank signs in with its rank. A successor (the job a shrink or a grow starts): the store
+/// its rank 0 already serves (`server`: the shrink's coordinator made it, a grow keeps the old
+/// one), its ranks anonymous clients, its keys under its job id.
+struct store_use {
+  std::shared_ptr<store_server> server;
+  bool successor = false;
+};
+
 /// Builds this rank's connections to every other rank of the job (see the file comment).
 TUTTI_COLD inline std::shared_ptr<connections> connect_all(const job_env& job, const config& cfg, const tcp_options& opt,
-                                              const std::string& token) {
+                                                           const std::string& token, store_use how = {}) {
   using clock = std::chrono::steady_clock;
   auto m = std::make_shared<connections>();
   m->world_rank = job.rank;
@@ -166,6 +175,8 @@ TUTTI_COLD inline std::shared_ptr<connections> connect_all(const job_env& job, c
   m->timeout = cfg.timeout;
   m->job_id = job.job_id;
   m->token = token;
+  m->job = job;
+  m->cfg = cfg;
   m->peers.resize(static_cast<std::size_t>(job.world_size));
   m->oversubscribed = toolkit::oversubscribed(job.local_world_size);
   if (m->oversubscribed) m->opt.spin = std::chrono::microseconds(0);  // spinning starves the peer
@@ -186,8 +197,10 @@ TUTTI_COLD inline std::shared_ptr<connections> connect_all(const job_env& job, c
                 "tcp: no TUTTI_JOB_TOKEN: the store and the connections accept any process that finds them "
                 "(tuttirun sets a token)");
   const auto deadline = clock::now() + cfg.timeout;
-  if (job.rank == 0) m->server = std::make_unique<store_server>(master, job.master_port, job.world_size, token);
-  store kv(master, job.master_port, job.rank, job.world_size, token, cfg.timeout);
+  if (job.rank == 0)
+    m->server = how.server ? std::move(how.server) : std::make_shared<store_server>(master, job.master_port, job.world_size, token);
+  store kv(master, job.master_port, how.successor ? -1 : job.rank, how.successor ? 0 : job.world_size, token, cfg.timeout);
+  const std::string keys = how.successor ? "tutti/" + job.job_id + "/" : "tutti/";
 
   // The address peers reach this rank by.
   const sockaddr_storage local = kv.local_address();
@@ -211,12 +224,12 @@ TUTTI_COLD inline std::shared_ptr<connections> connect_all(const job_env& job, c
   tutti::detail::log(log_level::info, cfg, job.rank,
               "tcp: listening on " + sockaddr_text(me) + ", " + std::to_string(opt.streams) +
                   " stream(s) per peer, store at " + kv.where());
-  kv.set("tutti/addr/" + std::to_string(job.rank), me.address().to_string() + " " + std::to_string(me.port()));
+  kv.set(keys + "addr/" + std::to_string(job.rank), me.address().to_string() + " " + std::to_string(me.port()));
 
   const int S = opt.streams, R = job.rank, P = job.world_size;
   auto left = [&] { return std::max(net::left(deadline), std::chrono::milliseconds(1)); };
   auto address_of = [&](int j) {
-    const std::string where = kv.get("tutti/addr/" + std::to_string(j), left());
+    const std::string where = kv.get(keys + "addr/" + std::to_string(j), left());
     const auto space = where.find(' ');
     try {
       return asio::ip::tcp::endpoint(asio::ip::make_address(where.substr(0, space)),
@@ -294,6 +307,41 @@ TUTTI_COLD inline std::shared_ptr<connections> connect_all(const job_env& job, c
   return m;
 }
 
+/// Reads the group hello that opens connection `l` to world `w`'s acceptor (a group's, or a
+/// shrink's) into `in`, exactly its bytes (the first message may follow it at once), by `until`.
+/// Empty, with `why`, for a hello that is malformed, late or not of this job (the token, the
+/// job id, a rank or stream that does not exist); its views point into `in`.
+TUTTI_COLD inline std::optional<group_hello> read_group_hello(link& l, std::string& in, const connections& w,
+                                                              std::chrono::steady_clock::time_point until, std::string& why) {
+  auto take = [&](std::size_t n) {
+    const std::size_t at = in.size();
+    in.resize(at + n);
+    io_by(l, in.data() + at, n, false, until, "reading a group hello");
+  };
+  auto length_at = [&](std::size_t at) { return net::reader{std::string_view(in).substr(at)}.num<std::uint32_t>(); };
+  try {
+    take(group_hello_fixed + 4);
+    (void)parse_group_hello(in);  // the magic, before any length is trusted
+    const std::uint32_t job_bytes = length_at(group_hello_fixed);
+    if (job_bytes > max_job_id) throw net::malformed("job id of " + std::to_string(job_bytes) + " bytes");
+    take(job_bytes + 4);
+    const std::uint32_t token_bytes = length_at(in.size() - 4);
+    if (token_bytes > net::max_token) throw net::malformed("token of " + std::to_string(token_bytes) + " bytes");
+    take(token_bytes);
+    auto h = parse_group_hello(in);
+    if (!h) throw net::malformed("incomplete hello");
+    if (h->version != hello_version) why = "protocol version " + std::to_string(h->version);
+    else if (!net::same_token(h->token, w.token) || h->job_id != w.job_id) why = "wrong job token or job id: not a rank of this job";
+    else if (h->from < 0 || h->from >= w.world_size || h->stream < 0 || h->stream >= w.opt.streams) why = "no such rank or stream";
+    if (why.empty()) return h;
+  } catch (const net::malformed& e) {
+    why = e.reason;
+  } catch (const error& e) {
+    why = e.what();
+  }
+  return std::nullopt;
+}
+
 /// The connections of a group of the world `w` (its members, world ranks in group order, this
 /// rank among them): every member connects to the members after it in the group, with a group
 /// hello, and accepts the ones before it on the world's acceptor. Connections of other groups
@@ -341,38 +389,9 @@ TUTTI_COLD inline std::shared_ptr<connections> connect_group(const std::shared_p
         l->sock.non_blocking(true, ec);
         const auto peer = l->sock.remote_endpoint(ec);
         const std::string from = ec ? std::string("an unknown address") : sockaddr_text(peer);
-        // Members send their hello at once, and their first message may follow it at once: read
-        // the hello's bytes exactly, briefly.
-        std::string in;
-        std::optional<group_hello> h;
-        std::string why;
-        const auto until = std::min(deadline, clock::now() + net::hello_within);
-        auto take = [&](std::size_t n) {
-          const std::size_t at = in.size();
-          in.resize(at + n);
-          io_by(*l, in.data() + at, n, false, until, "reading a group hello from " + from);
-        };
-        auto length_at = [&](std::size_t at) { return net::reader{std::string_view(in).substr(at)}.num<std::uint32_t>(); };
-        try {
-          take(group_hello_fixed + 4);
-          (void)parse_group_hello(in);  // the magic, before any length is trusted
-          const std::uint32_t job_bytes = length_at(group_hello_fixed);
-          if (job_bytes > max_job_id) throw net::malformed("job id of " + std::to_string(job_bytes) + " bytes");
-          take(job_bytes + 4);
-          const std::uint32_t token_bytes = length_at(in.size() - 4);
-          if (token_bytes > net::max_token) throw net::malformed("token of " + std::to_string(token_bytes) + " bytes");
-          take(token_bytes);
-          h = parse_group_hello(in);
-          if (!h) throw net::malformed("incomplete hello");
-          if (h->version != hello_version) why = "protocol version " + std::to_string(h->version);
-          else if (!net::same_token(h->token, w->token) || h->job_id != w->job_id) why = "wrong job token or job id: not a rank of this job";
-          else if (h->from < 0 || h->from >= w->world_size || h->stream < 0 || h->stream >= S) why = "no such rank or stream";
-        } catch (const net::malformed& e) {
-          why = e.reason;
-        } catch (const error& e) {
-          why = e.what();
-        }
-        if (!why.empty()) {
+        std::string in, why;
+        const auto h = read_group_hello(*l, in, *w, std::min(deadline, clock::now() + net::hello_within), why);
+        if (!h) {
           log_refusal(R, from, why, w->refusals_logged);
           continue;
         }

@@ -28,7 +28,9 @@
 #include "tutti/core/error.hpp"
 #include "tutti/core/fingerprint.hpp"
 #include "tutti/transport/capabilities.hpp"
+#include "tutti/transport/tcp/grow.hpp"
 #include "tutti/transport/tcp/options.hpp"
+#include "tutti/transport/tcp/shrink.hpp"
 #include "tutti/transport/tcp/sockets.hpp"
 #include "tutti/transport/tcp/startup.hpp"
 #include "tutti/transport/tcp/wire.hpp"
@@ -45,18 +47,22 @@ class tcp {
   /// Joins the job the environment describes (`job_env::from_env`, `config::from_env`,
   /// `tcp_options::from_env`, `TUTTI_JOB_TOKEN`). Needs `MASTER_PORT` (and `MASTER_ADDR`
   /// unless every rank runs on this host); waits for the other ranks up to `TUTTI_TIMEOUT`.
+  /// With `TUTTI_JOIN=1`, joins a running job instead, through its store (MASTER_ADDR,
+  /// MASTER_PORT, TUTTI_JOB_TOKEN): the transport of the world its ranks' next `grow()` makes,
+  /// in which this process has a rank after the old ones (tcp/grow.hpp).
   static tcp from_env() {
-    const job_env job = job_env::from_env();
     const config cfg = config::from_env();
     const char* token = detail::getenv_nonempty("TUTTI_JOB_TOKEN");
-    return create(job, cfg, tcp_options::from_env(), token ? token : "");
+    const char* join = detail::getenv_nonempty("TUTTI_JOIN");
+    if (join && std::string_view(join) != "0") {
+      if (std::string_view(join) != "1") throw config_error("TUTTI_JOIN='" + std::string(join) + "': use 1 (join a running job) or 0");
+      return adopt(detail::tcp_impl::join_world(cfg, tcp_options::from_env(), token ? token : ""));
+    }
+    return create(job_env::from_env(), cfg, tcp_options::from_env(), token ? token : "");
   }
 
   TUTTI_COLD static tcp create(const job_env& job, const config& cfg, const tcp_options& opt, const std::string& token) {
-    tcp t;
-    t.conn_ = detail::tcp_impl::connect_all(job, cfg, opt, token);
-    t.group_ = toolkit::group_map(job.world_size, job.rank);
-    return t;
+    return adopt(detail::tcp_impl::connect_all(job, cfg, opt, token));
   }
 
   int rank() const noexcept { return group_.rank(); }
@@ -71,6 +77,39 @@ class tcp {
     const auto& world = conn_->world ? conn_->world : conn_;
     t.conn_ = detail::tcp_impl::connect_group(world, t.group_.members(), context);
     return t;
+  }
+
+  /// After a failure, the transport of a new job of the ranks still alive that call this too,
+  /// in their old order (`communicator::shrink`; tcp/shrink.hpp says how they agree, also when
+  /// rank 0, the store's host, is the one lost: the lowest survivor serves the new store). A rank
+  /// alive but silent until `timeout` is left out; if it calls shrink later, it raises
+  /// `errc::aborted` saying so. This transport's connections are closed.
+  TUTTI_COLD tcp shrink(std::chrono::milliseconds timeout, std::vector<int>* kept = nullptr) const {
+    if (group_.context() != 0) throw usage_error("tcp shrink: call it on the world communicator, not on a group");
+    auto& m = *conn_;
+    if (!m.acceptor) {  // a world of one rank
+      if (kept) *kept = {0};
+      return create(m.job, m.cfg, m.opt, m.token);
+    }
+    tcp t = adopt(detail::tcp_impl::shrink_agreement(m, timeout).run(kept));
+    // The old job is over for this rank: its peers learn it from its connections, if open.
+    const_cast<tcp&>(*this).fail("it shrank into a new job of " + std::to_string(t.size()) + " ranks");
+    return t;
+  }
+
+  /// The transport of a larger world: this one's ranks (same numbers) and `joiners` processes
+  /// started with `TUTTI_JOIN=1`, numbered after them in the order they came (`communicator::grow`;
+  /// tcp/grow.hpp). Rank 0 waits up to `timeout` for them. This transport stays usable.
+  TUTTI_COLD tcp grow(int joiners, std::chrono::milliseconds timeout) const {
+    if (group_.context() != 0) throw usage_error("tcp grow: call it on the world communicator, not on a group");
+    return adopt(detail::tcp_impl::grow_world(*conn_, joiners, timeout));
+  }
+
+  /// Where this world's store listens ("host:port"): what joiners need as MASTER_ADDR and
+  /// MASTER_PORT (it moves when a shrink loses rank 0). Empty for a world of one without a store.
+  std::string store_address() const {
+    const auto& j = conn_->world ? conn_->world->job : conn_->job;
+    return j.master_port ? detail::net::host_port(detail::tcp_impl::store_host(j), j.master_port) : std::string();
   }
 
   // ---- point to point -------------------------------------------------------------------
@@ -104,20 +143,33 @@ class tcp {
 
   /// Marks this rank failed: tells every peer why (where its stream is between messages) and
   /// closes every connection, so peers raise `peer_lost` naming this rank instead of waiting.
+  /// The notice cannot be lost to a reset: a socket closed while it holds unread bytes (a peer's
+  /// message this rank will never read) sends one, and a reset throws away what this side had
+  /// not yet sent. So the connections are shut for writing (a FIN behind the notice) and read
+  /// dry until all of it has left this host, for at most `notice_linger` (or a quarter of the
+  /// deadline), and only then closed (`close_gracefully`).
   void fail(std::string_view what) noexcept {
     auto& m = *conn_;
     try {
       if (m.failure.empty()) m.failure = what.empty() ? std::string("failed") : toolkit::notice_text(what);
     } catch (...) {
     }
+    std::vector<link*> open;
+    try {
+      for (auto& streams : m.peers)
+        for (std::size_t s = 0; s < streams.size(); ++s) {
+          link& l = *streams[s];
+          if (!l.sock.is_open()) continue;
+          if (s == 0 && l.clean) write_notice(l, toolkit::wire::kind::failure, m.failure);
+          open.push_back(&l);
+        }
+      detail::tcp_impl::close_gracefully(open, std::min({m.linger, m.timeout / 4, detail::tcp_impl::notice_linger}), true);
+    } catch (...) {  // no memory for the list: close at once
+    }
     for (auto& streams : m.peers)
-      for (std::size_t s = 0; s < streams.size(); ++s) {
-        link& l = *streams[s];
-        if (!l.sock.is_open()) continue;
-        if (s == 0 && l.clean) write_notice(l, toolkit::wire::kind::failure, m.failure);
+      for (auto& l : streams) {
         asio::error_code ec;
-        l.sock.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
-        l.sock.close(ec);
+        if (l->sock.is_open()) l->sock.close(ec);
       }
   }
 
@@ -143,6 +195,13 @@ class tcp {
   }
 
  private:
+  static tcp adopt(std::shared_ptr<detail::tcp_impl::connections> c) {
+    tcp t;
+    t.group_ = toolkit::group_map(c->world_size, c->world_rank);
+    t.conn_ = std::move(c);
+    return t;
+  }
+
   using link = detail::tcp_impl::link;
   using frame = toolkit::wire::frame;
   using kind = toolkit::wire::kind;
@@ -552,6 +611,7 @@ class tcp {
   toolkit::group_map group_;
 };
 
-static_assert(transport<tcp> && zero_copy_recv<tcp> && failure_notices<tcp> && last_words<tcp> && from_environment<tcp>);
+static_assert(transport<tcp> && zero_copy_recv<tcp> && failure_notices<tcp> && last_words<tcp> && from_environment<tcp> &&
+              shrinkable<tcp> && growable<tcp>);
 
 }  // namespace tutti

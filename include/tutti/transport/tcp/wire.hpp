@@ -30,6 +30,8 @@ inline constexpr std::uint64_t hello_magic = 0x6f6c6c6569747475ull;  // "uttiell
 inline constexpr std::uint32_t hello_version = 2;
 /// A receive still without its header after this long tells the peer what it waits for.
 inline constexpr std::chrono::milliseconds waiting_notice_after{20};
+/// The longest a failing rank waits for its peers to acknowledge its failure notice (`tcp::fail`).
+inline constexpr std::chrono::milliseconds notice_linger{1000};
 inline constexpr std::size_t piece_bytes = std::size_t{256} << 10;  // recv_with hands pieces of this size
 
 /// A rank's hello on a new mesh connection: magic u64, version u32, from, world, stream,
