@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/multiproc/grow.cpp: tuttirun starts a job of 3 ranks (tcp or shm) on a known port and token;
-# three joiners (TUTTI_JOIN=1) start beside it; the job grows by 1, then by 2, every collective
-# checked at each size; a joiner with a wrong token is refused by the store. Nothing is left.
+# a joiner with a wrong token is refused (tcp: by the store; shm: by rank 0 in grow); then three
+# joiners (TUTTI_JOIN=1) start beside it; the job grows by 1, then by 2, every collective checked
+# at each size. Nothing is left.
 # Usage: grow.sh <tuttirun> <tutti_grow>
 set -u
 tuttirun=$1 prog=$2
@@ -14,13 +15,16 @@ token=grow$$x$RANDOM
 export TUTTI_TIMEOUT=${TUTTI_TIMEOUT:-60} TUTTI_JOB_ID=grow$$x$RANDOM  # shm's joiners find the job by its id
 TUTTI_JOB_TOKEN=$token timeout 180 "$tuttirun" --nproc-per-node=3 --master-port="$port" "$prog" >"$dir/job" 2>&1 &
 job=$!
+# The wrong-token joiner goes first and alone: shm's rank 0 answers joiners only while it is in
+# grow(), so with the right joiners already waiting it could take them and close before the wrong
+# one ever reached it (CI saw it wait out its timeout). Alone, it is the only one grow(1) can see.
+TUTTI_TIMEOUT=100 TUTTI_JOIN=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port TUTTI_JOB_TOKEN=not-$token timeout 120 "$prog" --wrong-token >"$dir/wrong" 2>&1
+wrong=$?
 joiners=()
 for j in 1 2 3; do
   TUTTI_JOIN=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port TUTTI_JOB_TOKEN=$token timeout 180 "$prog" >"$dir/joiner$j" 2>&1 &
   joiners+=($!)
 done
-TUTTI_JOIN=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port TUTTI_JOB_TOKEN=not-$token timeout 60 "$prog" --wrong-token >"$dir/wrong" 2>&1
-wrong=$?
 wait $job
 status=$?
 jstatus=0

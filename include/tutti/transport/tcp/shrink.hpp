@@ -177,22 +177,13 @@ class shrink_agreement {
   /// One attempt to connect to `rank`: null if refused or unreachable by `until` (gone).
   std::unique_ptr<link> reach(int rank, std::uint64_t context, clock::time_point until) {
     auto l = std::make_unique<link>(w_.io);
-    const auto& ep = w_.addresses[static_cast<std::size_t>(rank)];
-    asio::error_code ec;
-    l->sock.open(ep.protocol(), ec);
-    if (ec) return nullptr;
-    l->sock.set_option(asio::ip::tcp::no_delay(true), ec);
-    l->sock.non_blocking(true, ec);
-    int err = ::connect(l->fd(), ep.data(), static_cast<socklen_t>(ep.size())) == 0 ? 0 : errno;
-    if (err == EINPROGRESS) {
-      pollfd pf{l->fd(), POLLOUT, 0};
-      const auto left = std::max<long long>(1, net::left(until).count());
-      if (::poll(&pf, 1, static_cast<int>(std::min<long long>(left, 5000))) > 0) {
-        socklen_t len = sizeof err;
-        ::getsockopt(l->fd(), SOL_SOCKET, SO_ERROR, &err, &len);
-      } else {
-        err = ETIMEDOUT;
-      }
+    tcp_options plain = w_.opt;
+    plain.buffer_bytes = 0;  // a probe carries a few bytes: the kernel's buffers
+    int err = 0;
+    try {
+      err = connect_once(*l, w_.addresses[static_cast<std::size_t>(rank)], plain, until);
+    } catch (const std::system_error&) {  // no socket to be had
+      return nullptr;
     }
     if (err != 0) {
       tutti::detail::log(log_level::info, w_.cfg, me_,

@@ -231,30 +231,37 @@ inline void io_by(link& l, void* buf, std::size_t n, bool writing, std::chrono::
   }
 }
 
+/// One attempt to connect `l` to `ep`, waiting at most 5 s of what is left until `deadline`:
+/// 0, or the errno that says why not (ECONNREFUSED: nothing listens there).
+TUTTI_COLD inline int connect_once(link& l, const asio::ip::tcp::endpoint& ep, const tcp_options& opt,
+                                   std::chrono::steady_clock::time_point deadline) {
+  asio::error_code ec;
+  l.sock.close(ec);
+  l.sock.open(ep.protocol());
+  set_buffers(l.sock, opt);
+  l.sock.set_option(asio::ip::tcp::no_delay(true));
+  l.sock.non_blocking(true);
+  // asio's connect would wait without a deadline: connect the descriptor, poll it.
+  int err = ::connect(l.fd(), ep.data(), static_cast<socklen_t>(ep.size())) == 0 ? 0 : errno;
+  if (err == EINPROGRESS) {
+    pollfd pf{l.fd(), POLLOUT, 0};
+    const auto left = std::max<long long>(1, std::min<long long>(net::left(deadline).count(), 5000));
+    if (::poll(&pf, 1, static_cast<int>(left)) > 0) {
+      socklen_t len = sizeof err;
+      ::getsockopt(l.fd(), SOL_SOCKET, SO_ERROR, &err, &len);
+    } else {
+      err = ETIMEDOUT;
+    }
+  }
+  return err;
+}
+
 /// Connects `l` to `ep` by the deadline, retrying while the peer is not listening yet.
 TUTTI_COLD inline void connect(link& l, const asio::ip::tcp::endpoint& ep, const tcp_options& opt,
                     std::chrono::steady_clock::time_point deadline, int me, int peer) {
   std::string why;
   for (auto pause = std::chrono::milliseconds(2);; pause = std::min(pause * 2, std::chrono::milliseconds(200))) {
-    asio::error_code ec;
-    l.sock.close(ec);
-    l.sock.open(ep.protocol());
-    set_buffers(l.sock, opt);
-    l.sock.set_option(asio::ip::tcp::no_delay(true));
-    l.sock.non_blocking(true);
-    // asio's connect would wait without a deadline: connect the descriptor, poll it.
-    int rc = ::connect(l.fd(), ep.data(), static_cast<socklen_t>(ep.size()));
-    int err = rc == 0 ? 0 : errno;
-    if (err == EINPROGRESS) {
-      pollfd pf{l.fd(), POLLOUT, 0};
-      const auto left = std::max<long long>(1, std::min<long long>(net::left(deadline).count(), 5000));
-      if (::poll(&pf, 1, static_cast<int>(left)) > 0) {
-        socklen_t len = sizeof err;
-        ::getsockopt(l.fd(), SOL_SOCKET, SO_ERROR, &err, &len);
-      } else {
-        err = ETIMEDOUT;
-      }
-    }
+    const int err = connect_once(l, ep, opt, deadline);
     if (err == 0) return;
     why = errno_text(err);
     if (net::left(deadline).count() <= 0)
