@@ -11,7 +11,9 @@
 /// 1. `TUTTI_ALGO` (grammar below): per size range, then per collective or the bare name;
 /// 2. the tuned table (tuned_table.hpp) of the transport's tuning kind (`transport_traits`), for
 ///    the group's size and the call's bytes;
-/// 3. shared windows: `shared_memory`, where it has the collective on the transport;
+/// 3. the transport's own collectives (`native`) where the transport asks for them first
+///    (`transport_traits::native_first`: `tutti::cuda_ipc`'s kernels, NCCL's collectives);
+///    then shared windows: `shared_memory`, where it has the collective on the transport;
 /// 4. the α-β rule below, among the candidates that have the collective on the transport; where
 ///    the rule's pick is not among them, the first candidate (in list order) that has it.
 /// Candidates marked `explicit_only` (`native`: the transport's own collectives) are never picked
@@ -343,17 +345,18 @@ struct automatic_of {
     return std::nullopt;
   }
 
+  /// row[c]: candidate `A` has a schedule for scheduled collective c on `Transport`.
+  template <class A, class Transport>
+  static constexpr void support_row(std::array<bool, scheduled_count>& row) {
+    for_each_collective([&](auto c) { row[static_cast<std::size_t>(c.value)] = algorithm_for<A, c.value, Transport>; });
+  }
+
   /// support<Transport>[i][c]: candidate i has a schedule for scheduled collective c there.
   template <class Transport>
   static constexpr auto support = [] {
     std::array<std::array<bool, scheduled_count>, candidate_count> s{};
     std::size_t i = 0;
-    (
-        [&] {
-          for_each_collective([&](auto c) { s[i][static_cast<std::size_t>(c.value)] = algorithm_for<Candidates, c.value, Transport>; });
-          ++i;
-        }(),
-        ...);
+    (support_row<Candidates, Transport>(s[i++]), ...);  // (nvcc's front end rejects a lambda here)
     return s;
   }();
 
@@ -390,6 +393,7 @@ struct automatic_of {
     std::string_view tuning_kind;
     std::array<std::array<bool, scheduled_count>, candidate_count> runs{};
     int p = 1;
+    bool native_first = false;  // transport_traits::native_first: the device transports
   };
 
   /// The plan of a communicator over `Transport` of `p` ranks with `TUTTI_ALGO` = `text`.
@@ -399,6 +403,7 @@ struct automatic_of {
     pl.overrides = override_table::template parse<Transport>(text);
     pl.runs = support<Transport>;
     pl.p = p;
+    pl.native_first = transport_traits<Transport>::native_first;
     pl.tuning_kind = transport_traits<Transport>::tuning_kind;
     if (!pl.tuning_kind.empty()) {
       for (const auto& s : tuned::sources)
@@ -435,6 +440,10 @@ struct automatic_of {
         if (why) *why = tuned_reason(pl, *r.row);
         return r.algorithm;
       }
+    if (const auto n = index_of("native"); pl.native_first && n && pl.runs[*n][ci]) {
+      if (why) *why = "rule: the transport runs its own collectives on the device -> native";
+      return *n;
+    }
     if (const auto w = index_of("shared_memory"); w && pl.runs[*w][ci]) {
       if (why) *why = "rule: the transport has shared windows -> shared_memory";
       return *w;

@@ -23,6 +23,10 @@
 /// are bitwise identical on every rank and whose every message is checked): ask for it by type
 /// (`communicator<mpi, algo::native>`, `comm.all_reduce(v, op, algo::native{})`) or with
 /// `TUTTI_ALGO=native`. A communicator whose transport lacks the capability rejects the name.
+/// Device transports (`transport_traits::native_first`: tutti::cuda_ipc's kernels, NCCL) are the
+/// exception: there automatic picks it wherever it runs. Where a transport cannot reduce an
+/// element type with an op itself (`native_reduces`: NCCL has no user ops), the reducing
+/// collectives run tutti's ring over the transport's messages.
 #pragma once
 
 #include <concepts>
@@ -32,6 +36,7 @@
 
 #include "tutti/algorithm/algorithm.hpp"
 #include "tutti/algorithm/direct.hpp"
+#include "tutti/algorithm/ring.hpp"
 #include "tutti/core/counts.hpp"
 #include "tutti/op/ops.hpp"
 #include "tutti/transport/capabilities.hpp"
@@ -50,68 +55,81 @@ struct native {
   /// Use MPI's blocking collectives: faster, but no deadline (see the file comment).
   bool blocking = false;
 
-  template <class Ch, class T>
+  template <class Ch, class T, class M>
     requires native_collectives<typename Ch::transport_type>
-  void broadcast(Ch& ch, view<T> buf, int root) const {
+  void broadcast(Ch& ch, view<T, M> buf, int root) const {
     agree(ch);
     ch.transport().native_broadcast(buf.data(), buf.size(), root, ch.fp(), ch.wait(), blocking);
   }
 
   /// Non-root buffers are only read (MPI's send buffer); the root reduces in place.
-  template <class Ch, class T, class Op>
+  template <class Ch, class T, class M, class Op>
     requires native_collectives<typename Ch::transport_type>
-  void reduce(Ch& ch, view<T> buf, int root, const Op& op) const {
-    agree(ch);
-    ch.transport().native_reduce(static_cast<const T*>(buf.data()), buf.data(), buf.size(), root, op, ch.fp(),
-                                 ch.wait(), blocking);
+  void reduce(Ch& ch, view<T, M> buf, int root, const Op& op) const {
+    if constexpr (!native_op<Ch, T, Op>) {
+      ring{}.reduce(ch, buf, root, op);
+    } else {
+      agree(ch);
+      ch.transport().native_reduce(static_cast<const T*>(buf.data()), buf.data(), buf.size(), root, op, ch.fp(),
+                                   ch.wait(), blocking);
+    }
   }
 
-  template <class Ch, class T, class Op>
+  template <class Ch, class T, class M, class Op>
     requires native_collectives<typename Ch::transport_type>
-  void all_reduce(Ch& ch, view<T> buf, const Op& op) const {
-    all_reduce(ch, view<const T>(buf), buf, op);
+  void all_reduce(Ch& ch, view<T, M> buf, const Op& op) const {
+    all_reduce(ch, view<const T, M>(buf), buf, op);
   }
-  template <class Ch, class T, class Op>
+  template <class Ch, class T, class M, class Op>
     requires native_collectives<typename Ch::transport_type>
-  void all_reduce(Ch& ch, view<const T> in, view<T> out, const Op& op) const {
-    agree(ch);
-    ch.transport().native_all_reduce(in.data(), out.data(), in.size(), op, ch.fp(), ch.wait(), blocking);
+  void all_reduce(Ch& ch, view<const T, M> in, view<T, M> out, const Op& op) const {
+    if constexpr (!native_op<Ch, T, Op>) {
+      ch.copy(in, out);
+      ring{}.all_reduce(ch, out, op);
+    } else {
+      agree(ch);
+      ch.transport().native_all_reduce(in.data(), out.data(), in.size(), op, ch.fp(), ch.wait(), blocking);
+    }
   }
 
-  template <class Ch, class T>
+  template <class Ch, class T, class M>
     requires native_collectives<typename Ch::transport_type>
-  void gather(Ch& ch, view<const T> in, view<T> out, int root) const {
+  void gather(Ch& ch, view<const T, M> in, view<T, M> out, int root) const {
     agree(ch);
     ch.transport().native_gather(in.data(), out.data(), in.size(), root, ch.fp(), ch.wait(), blocking);
   }
 
-  template <class Ch, class T>
+  template <class Ch, class T, class M>
     requires native_collectives<typename Ch::transport_type>
-  void all_gather(Ch& ch, view<const T> in, view<T> out) const {
+  void all_gather(Ch& ch, view<const T, M> in, view<T, M> out) const {
     agree(ch);
     ch.transport().native_all_gather(in.data(), out.data(), in.size(), ch.fp(), ch.wait(), blocking);
   }
 
-  template <class Ch, class T>
+  template <class Ch, class T, class M>
     requires native_collectives<typename Ch::transport_type>
-  void scatter(Ch& ch, view<const T> in, view<T> out, int root) const {
+  void scatter(Ch& ch, view<const T, M> in, view<T, M> out, int root) const {
     agree(ch);
     ch.transport().native_scatter(in.data(), out.data(), out.size(), root, ch.fp(), ch.wait(), blocking);
   }
 
-  template <class Ch, class T>
+  template <class Ch, class T, class M>
     requires native_collectives<typename Ch::transport_type>
-  void all_to_all(Ch& ch, view<const T> in, view<T> out) const {
+  void all_to_all(Ch& ch, view<const T, M> in, view<T, M> out) const {
     agree(ch);
     ch.transport().native_all_to_all(in.data(), out.data(), in.size() / static_cast<std::size_t>(ch.size()), ch.fp(),
                                      ch.wait(), blocking);
   }
 
-  template <class Ch, class T, class Op>
+  template <class Ch, class T, class M, class Op>
     requires native_collectives<typename Ch::transport_type>
-  void reduce_scatter(Ch& ch, view<const T> in, view<T> out, const Op& op) const {
-    agree(ch);
-    ch.transport().native_reduce_scatter(in.data(), out.data(), out.size(), op, ch.fp(), ch.wait(), blocking);
+  void reduce_scatter(Ch& ch, view<const T, M> in, view<T, M> out, const Op& op) const {
+    if constexpr (!native_op<Ch, T, Op>) {
+      ring{}.reduce_scatter(ch, in, out, op);
+    } else {
+      agree(ch);
+      ch.transport().native_reduce_scatter(in.data(), out.data(), out.size(), op, ch.fp(), ch.wait(), blocking);
+    }
   }
 
   // The v-collectives: MPI's own (MPI_Iallgatherv, MPI_Igatherv, MPI_Iscatterv, MPI_Ialltoallv,
@@ -120,44 +138,48 @@ struct native {
   // agreement, which the v-collectives always make (`check_fingerprint` or not), tells every rank
   // whether any rank's do.
 
-  template <class Ch, class T>
+  template <class Ch, class T, class M>
     requires native_collectives<typename Ch::transport_type>
-  void all_gather_v(Ch& ch, view<const T> in, view<T> out, const block_counts& b) const {
+  void all_gather_v(Ch& ch, view<const T, M> in, view<T, M> out, const block_counts& b) const {
     if (ch.transport().native_agree(ch.fp(), ch.wait(), blocking, too_large(b)))
       return direct{}.all_gather_v(ch, in, out, b);
     ch.transport().native_all_gather_v(in.data(), out.data(), b, ch.fp(), ch.wait(), blocking);
   }
 
-  template <class Ch, class T>
+  template <class Ch, class T, class M>
     requires native_collectives<typename Ch::transport_type>
-  void gather_v(Ch& ch, view<const T> in, view<T> out, const block_counts& b, int root) const {
+  void gather_v(Ch& ch, view<const T, M> in, view<T, M> out, const block_counts& b, int root) const {
     if (ch.transport().native_agree(ch.fp(), ch.wait(), blocking, too_large(b) || too_large(in.size())))
       return direct{}.gather_v(ch, in, out, b, root);
     ch.transport().native_gather_v(in.data(), in.size(), out.data(), b, root, ch.fp(), ch.wait(), blocking);
   }
 
-  template <class Ch, class T>
+  template <class Ch, class T, class M>
     requires native_collectives<typename Ch::transport_type>
-  void scatter_v(Ch& ch, view<const T> in, const block_counts& b, view<T> out, int root) const {
+  void scatter_v(Ch& ch, view<const T, M> in, const block_counts& b, view<T, M> out, int root) const {
     if (ch.transport().native_agree(ch.fp(), ch.wait(), blocking, too_large(b) || too_large(out.size())))
       return direct{}.scatter_v(ch, in, b, out, root);
     ch.transport().native_scatter_v(in.data(), b, out.data(), out.size(), root, ch.fp(), ch.wait(), blocking);
   }
 
-  template <class Ch, class T>
+  template <class Ch, class T, class M>
     requires native_collectives<typename Ch::transport_type>
-  void all_to_all_v(Ch& ch, view<const T> in, const block_counts& send, view<T> out, const block_counts& recv) const {
+  void all_to_all_v(Ch& ch, view<const T, M> in, const block_counts& send, view<T, M> out, const block_counts& recv) const {
     if (ch.transport().native_agree(ch.fp(), ch.wait(), blocking, too_large(send) || too_large(recv)))
       return direct{}.all_to_all_v(ch, in, send, out, recv);
     ch.transport().native_all_to_all_v(in.data(), send, out.data(), recv, ch.fp(), ch.wait(), blocking);
   }
 
-  template <class Ch, class T, class Op>
+  template <class Ch, class T, class M, class Op>
     requires native_collectives<typename Ch::transport_type>
-  void reduce_scatter_v(Ch& ch, view<const T> in, view<T> out, const block_counts& b, const Op& op) const {
-    if (ch.transport().native_agree(ch.fp(), ch.wait(), blocking, too_large(b)))
-      return direct{}.reduce_scatter_v(ch, in, out, b, op);
-    ch.transport().native_reduce_scatter_v(in.data(), out.data(), b, op, ch.fp(), ch.wait(), blocking);
+  void reduce_scatter_v(Ch& ch, view<const T, M> in, view<T, M> out, const block_counts& b, const Op& op) const {
+    if constexpr (!native_op<Ch, T, Op>) {
+      ring{}.reduce_scatter_v(ch, in, out, b, op);
+    } else {
+      if (ch.transport().native_agree(ch.fp(), ch.wait(), blocking, too_large(b)))
+        return direct{}.reduce_scatter_v(ch, in, out, b, op);
+      ch.transport().native_reduce_scatter_v(in.data(), out.data(), b, op, ch.fp(), ch.wait(), blocking);
+    }
   }
 
   template <class Ch>
@@ -168,6 +190,16 @@ struct native {
   }
 
  private:
+  /// Whether the transport reduces `T` with `Op` itself: unless it says otherwise
+  /// (`native_reduces<T, Op>`, NCCL: its types and ops only), it does; where it does not, the
+  /// reducing collectives run tutti's ring over the transport's messages instead.
+  template <class Ch, class T, class Op>
+  static constexpr bool native_op = [] {
+    using Tr = typename Ch::transport_type;
+    if constexpr (requires { Tr::template native_reduces<T, Op>; }) return Tr::template native_reduces<T, Op>;
+    else return true;
+  }();
+
   /// Whether a count, or counts with their offsets and total, exceed MPI's int.
   static bool too_large(std::size_t n) noexcept { return n > static_cast<std::size_t>(INT_MAX); }
   static bool too_large(const block_counts& b) noexcept { return too_large(b.total); }

@@ -24,6 +24,13 @@ struct host_memory {
   static constexpr bool host_accessible = true;
 };
 
-static_assert(memory_kind<host_memory>);
+/// A GPU's memory (CUDA device memory): only the device transports (`tutti::cuda_ipc`,
+/// `tutti::nccl`) move and reduce it, with their own kernels; the CPU never dereferences it.
+struct device_memory {
+  static constexpr std::string_view name = "device";
+  static constexpr bool host_accessible = false;
+};
+
+static_assert(memory_kind<host_memory> && memory_kind<device_memory>);
 
 }  // namespace tutti

@@ -98,11 +98,37 @@ template <class R>
   requires std::ranges::contiguous_range<R>
 view(R&&) -> view<std::remove_reference_t<std::ranges::range_reference_t<R>>>;
 
-namespace detail {
+/// A view of device memory (`view<T, device_memory>`): `tutti::device_view(ptr, n)` for `n`
+/// elements at the device pointer `ptr` (`device_view<const T>` for an input). It has no element
+/// access, so no host code (a schedule included) can dereference it; the device transports check
+/// once per allocation, when they first meet it, that it lies on their device.
+///
+///     float* d;  cudaMalloc(&d, n * sizeof(float));
+///     comm.all_reduce(tutti::device_view(d, n), tutti::op::sum{}, stream);
 template <class T>
-struct is_view : std::false_type {};
+class device_view : public view<T, device_memory> {
+ public:
+  constexpr device_view() noexcept = default;
+  constexpr device_view(T* data, std::size_t size) noexcept : view<T, device_memory>(data, size) {}
+  constexpr device_view(view<T, device_memory> v) noexcept : view<T, device_memory>(v) {}  // NOLINT: the same thing
+  /// `device_view<T>` converts to `device_view<const T>`.
+  template <class U>
+    requires(std::same_as<const U, T> && !std::same_as<U, T>)
+  constexpr device_view(view<U, device_memory> other) noexcept : view<T, device_memory>(other.data(), other.size()) {}
+  constexpr device_view subview(std::size_t offset, std::size_t count) const noexcept {
+    return {this->data() + offset, count};
+  }
+};
+template <class T>
+device_view(T*, std::size_t) -> device_view<T>;
+
+namespace detail {
 template <class T, class M>
-struct is_view<view<T, M>> : std::true_type {};
+std::true_type view_base_test(const view<T, M>*);
+std::false_type view_base_test(...);
+/// A `view` of any memory kind, or a type derived from one (`device_view`).
+template <class T>
+struct is_view : decltype(view_base_test(static_cast<const T*>(nullptr))) {};
 
 /// One trivially copyable object that is not a range, a pointer or a view: a buffer of one.
 template <class X>
@@ -126,7 +152,8 @@ concept viewable = detail::is_view<std::remove_cvref_t<X>>::value ||
 template <viewable X>
 constexpr auto as_view(X&& x) noexcept {
   if constexpr (detail::is_view<std::remove_cvref_t<X>>::value) {
-    return x;
+    using V = std::remove_cvref_t<X>;
+    return view<typename V::element_type, typename V::memory>(x.data(), x.size());  // a device_view: its view
   } else if constexpr (std::ranges::range<X>) {
     return view<std::remove_reference_t<std::ranges::range_reference_t<X>>>(std::ranges::data(x), std::ranges::size(x));
   } else {

@@ -140,6 +140,11 @@ inline constexpr bool lasting = std::is_lvalue_reference_v<B> || is_view<std::re
 /// The element type of a buffer argument.
 template <class X>
 using element_of = std::remove_const_t<typename view_of<X>::element_type>;
+
+/// A collective's trailing argument that is a stream of its `stream_ordered` transport (given in
+/// the algorithm's place: `comm.all_reduce(v, op, stream)`), not an algorithm.
+template <class Transport, class Arg>
+concept stream_arg = stream_ordered<Transport> && std::same_as<Arg, typename Transport::stream_type>;
 }  // namespace detail
 
 template <transport Transport, algorithm Algorithm = algo::automatic>
@@ -243,194 +248,224 @@ class communicator {
 
   /// Copies root's `buf` into every rank's `buf`. Every rank passes the same count and root.
   template <class Algo = algo::inherit, viewable B>
-  void broadcast(B&& buf, int root, const Algo& a = {}) {
-    ordered();
-    const auto v = writable(buf, collective::broadcast, "buf");
-    using T = detail::element_of<B>;
-    static_assert(supports<Algo, collective::broadcast>,
-                  "tutti: this algorithm has no broadcast schedule (see the table in README.md); "
-                  "use tutti::algo::tree, ring, direct or automatic");
-    check_root(root, collective::broadcast);
-    auto fp = next_fp(collective::broadcast, dtype_of<T>(), v.size(), root, 0);
-    if (size() == 1) return;
-    run<collective::broadcast>(a, fp, v.size_bytes(), [&](const auto& alg, auto& ch) { alg.broadcast(ch, v, root); });
+  auto broadcast(B&& buf, int root, const Algo& arg = {}) {
+    return with_stream(arg, [&](const auto& a) {
+      using A = std::remove_cvref_t<decltype(a)>;
+      ordered();
+      const auto v = writable(buf, collective::broadcast, "buf");
+      using T = detail::element_of<B>;
+      static_assert(supports<A, collective::broadcast>,
+                    "tutti: this algorithm has no broadcast schedule (see the table in README.md); "
+                    "use tutti::algo::tree, ring, direct or automatic");
+      check_root(root, collective::broadcast);
+      auto fp = next_fp(collective::broadcast, dtype_of<T>(), v.size(), root, 0);
+      if (size() == 1) return;
+      run<collective::broadcast>(a, fp, v.size_bytes(), [&](const auto& alg, auto& ch) { alg.broadcast(ch, v, root); });
+    });
   }
 
   /// Reduces every rank's `buf` with `op` into root's `buf`; the other ranks' buffers are left
   /// unchanged.
   template <class Algo = algo::inherit, viewable B, class Op = op::sum>
     requires reduce_op<Op, detail::element_of<B>>
-  void reduce(B&& buf, int root, const Op& op = {}, const Algo& a = {}) {
-    ordered();
-    const auto v = writable(buf, collective::reduce, "buf");
-    using T = detail::element_of<B>;
-    static_assert(supports<Algo, collective::reduce>,
-                  "tutti: this algorithm has no reduce schedule (see the table in README.md); "
-                  "use tutti::algo::tree, ring, direct or automatic");
-    check_root(root, collective::reduce);
-    auto fp = next_fp(collective::reduce, dtype_of<T>(), v.size(), root, op_traits<Op>::id());
-    if (size() > 1)
-      run<collective::reduce>(a, fp, v.size_bytes(), [&](const auto& alg, auto& ch) { alg.reduce(ch, v, root, kernel_op(op)); });
-    if (rank() == root) finish(v, op);
+  auto reduce(B&& buf, int root, const Op& op = {}, const Algo& arg = {}) {
+    return with_stream(arg, [&](const auto& a) {
+      using A = std::remove_cvref_t<decltype(a)>;
+      ordered();
+      const auto v = writable(buf, collective::reduce, "buf");
+      using T = detail::element_of<B>;
+      static_assert(supports<A, collective::reduce>,
+                    "tutti: this algorithm has no reduce schedule (see the table in README.md); "
+                    "use tutti::algo::tree, ring, direct or automatic");
+      check_root(root, collective::reduce);
+      auto fp = next_fp(collective::reduce, dtype_of<T>(), v.size(), root, op_traits<Op>::id());
+      if (size() > 1)
+        run<collective::reduce>(a, fp, v.size_bytes(), [&](const auto& alg, auto& ch) { alg.reduce(ch, v, root, kernel_op(op)); });
+      if (rank() == root) finish(v, op);
+    });
   }
 
   /// Reduces every rank's `buf` with `op`; every rank gets the result in `buf`.
   template <class Algo = algo::inherit, viewable B, class Op = op::sum>
     requires reduce_op<Op, detail::element_of<B>>
-  void all_reduce(B&& buf, const Op& op = {}, const Algo& a = {}) {
-    ordered();
-    const auto v = writable(buf, collective::all_reduce, "buf");
-    using T = detail::element_of<B>;
-    static_assert(supports<Algo, collective::all_reduce>,
-                  "tutti: this algorithm has no all_reduce schedule (see the table in README.md)");
-    auto fp = next_fp(collective::all_reduce, dtype_of<T>(), v.size(), -1, op_traits<Op>::id());
-    if (size() > 1)
-      run<collective::all_reduce>(a, fp, v.size_bytes(), [&](const auto& alg, auto& ch) { alg.all_reduce(ch, v, kernel_op(op)); });
-    finish(v, op);
+  auto all_reduce(B&& buf, const Op& op = {}, const Algo& arg = {}) {
+    return with_stream(arg, [&](const auto& a) {
+      using A = std::remove_cvref_t<decltype(a)>;
+      ordered();
+      const auto v = writable(buf, collective::all_reduce, "buf");
+      using T = detail::element_of<B>;
+      static_assert(supports<A, collective::all_reduce>,
+                    "tutti: this algorithm has no all_reduce schedule (see the table in README.md)");
+      auto fp = next_fp(collective::all_reduce, dtype_of<T>(), v.size(), -1, op_traits<Op>::id());
+      if (size() > 1)
+        run<collective::all_reduce>(a, fp, v.size_bytes(), [&](const auto& alg, auto& ch) { alg.all_reduce(ch, v, kernel_op(op)); });
+      finish(v, op);
+    });
   }
 
   /// Out of place: `out` (same size as `in`) gets the reduction of every rank's `in`.
   template <class Algo = algo::inherit, viewable In, viewable Out, class Op = op::sum>
     requires std::same_as<detail::element_of<In>, detail::element_of<Out>> && reduce_op<Op, detail::element_of<Out>>
-  void all_reduce(In&& in_buf, Out&& out_buf, const Op& op = {}, const Algo& a = {}) {
-    ordered();
-    const auto in = readable(in_buf);
-    const auto out = writable(out_buf, collective::all_reduce, "out");
-    using T = detail::element_of<Out>;
-    if (in.size() != out.size())
-      usage(what(collective::all_reduce) + ": in has " + std::to_string(in.size()) + " elements but out has " +
-            std::to_string(out.size()));
-    check_disjoint(in, out, collective::all_reduce, /*allow_same=*/true);
-    static_assert(supports<Algo, collective::all_reduce>,
-                  "tutti: this algorithm has no all_reduce schedule (see the table in README.md)");
-    auto fp = next_fp(collective::all_reduce, dtype_of<T>(), in.size(), -1, op_traits<Op>::id());
-    // An algorithm with an out-of-place schedule reads `in` itself; the others work in place on
-    // `out`, after one copy.
-    auto body = [&](const auto& alg, auto& ch) {
-      if constexpr (all_reduce_out_of_place<std::remove_cvref_t<decltype(alg)>, std::remove_cvref_t<decltype(ch)>, T,
-                                            decltype(kernel_op(op))>) {
-        alg.all_reduce(ch, in, out, kernel_op(op));
-      } else {
-        ch.copy(in, out);
-        alg.all_reduce(ch, out, kernel_op(op));
-      }
-    };
-    if (size() == 1) copy(in, out);
-    else run<collective::all_reduce>(a, fp, in.size_bytes(), body);
-    finish(out, op);
+  auto all_reduce(In&& in_buf, Out&& out_buf, const Op& op = {}, const Algo& arg = {}) {
+    return with_stream(arg, [&](const auto& a) {
+      using A = std::remove_cvref_t<decltype(a)>;
+      ordered();
+      const auto in = readable(in_buf);
+      const auto out = writable(out_buf, collective::all_reduce, "out");
+      using T = detail::element_of<Out>;
+      if (in.size() != out.size())
+        usage(what(collective::all_reduce) + ": in has " + std::to_string(in.size()) + " elements but out has " +
+              std::to_string(out.size()));
+      check_disjoint(in, out, collective::all_reduce, /*allow_same=*/true);
+      static_assert(supports<A, collective::all_reduce>,
+                    "tutti: this algorithm has no all_reduce schedule (see the table in README.md)");
+      auto fp = next_fp(collective::all_reduce, dtype_of<T>(), in.size(), -1, op_traits<Op>::id());
+      // An algorithm with an out-of-place schedule reads `in` itself; the others work in place on
+      // `out`, after one copy.
+      auto body = [&](const auto& alg, auto& ch) {
+        if constexpr (all_reduce_out_of_place<std::remove_cvref_t<decltype(alg)>, std::remove_cvref_t<decltype(ch)>, T,
+                                              decltype(kernel_op(op))>) {
+          alg.all_reduce(ch, in, out, kernel_op(op));
+        } else {
+          ch.copy(in, out);
+          alg.all_reduce(ch, out, kernel_op(op));
+        }
+      };
+      if (size() == 1) copy(in, out);
+      else run<collective::all_reduce>(a, fp, in.size_bytes(), body);
+      finish(out, op);
+    });
   }
 
   /// Root's `out` (size() · in.size() elements, rank i's block at i · in.size()) gets every
   /// rank's `in`; `out` is ignored (may be empty) elsewhere.
   template <class Algo = algo::inherit, viewable In, viewable Out>
     requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
-  void gather(In&& in_buf, Out&& out_buf, int root, const Algo& a = {}) {
-    ordered();
-    const auto in = readable(in_buf);
-    const auto out = writable(out_buf, collective::gather, "out");
-    using T = detail::element_of<Out>;
-    static_assert(supports<Algo, collective::gather>,
-                  "tutti: this algorithm has no gather schedule (see the table in README.md); "
-                  "use tutti::algo::tree, direct or automatic");
-    check_root(root, collective::gather);
-    if (rank() == root) {
-      check_size(out.size(), in.size() * size_t_size(), "out", "size() * in.size()", collective::gather);
-      check_disjoint_or_own_block(in, out, in.size() * static_cast<std::size_t>(rank()), collective::gather);
-    }
-    auto fp = next_fp(collective::gather, dtype_of<T>(), in.size(), root, 0);
-    if (size() == 1) return copy(in, out.subview(0, in.size()));
-    run<collective::gather>(a, fp, in.size_bytes(), [&](const auto& alg, auto& ch) { alg.gather(ch, in, out, root); });
+  auto gather(In&& in_buf, Out&& out_buf, int root, const Algo& arg = {}) {
+    return with_stream(arg, [&](const auto& a) {
+      using A = std::remove_cvref_t<decltype(a)>;
+      ordered();
+      const auto in = readable(in_buf);
+      const auto out = writable(out_buf, collective::gather, "out");
+      using T = detail::element_of<Out>;
+      static_assert(supports<A, collective::gather>,
+                    "tutti: this algorithm has no gather schedule (see the table in README.md); "
+                    "use tutti::algo::tree, direct or automatic");
+      check_root(root, collective::gather);
+      if (rank() == root) {
+        check_size(out.size(), in.size() * size_t_size(), "out", "size() * in.size()", collective::gather);
+        check_disjoint_or_own_block(in, out, in.size() * static_cast<std::size_t>(rank()), collective::gather);
+      }
+      auto fp = next_fp(collective::gather, dtype_of<T>(), in.size(), root, 0);
+      if (size() == 1) return copy(in, out.subview(0, in.size()));
+      run<collective::gather>(a, fp, in.size_bytes(), [&](const auto& alg, auto& ch) { alg.gather(ch, in, out, root); });
+    });
   }
 
   /// Every rank's `out` (size() · in.size() elements) gets every rank's `in`, in rank order.
   template <class Algo = algo::inherit, viewable In, viewable Out>
     requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
-  void all_gather(In&& in_buf, Out&& out_buf, const Algo& a = {}) {
-    ordered();
-    const auto in = readable(in_buf);
-    const auto out = writable(out_buf, collective::all_gather, "out");
-    using T = detail::element_of<Out>;
-    static_assert(supports<Algo, collective::all_gather>,
-                  "tutti: this algorithm has no all_gather schedule (see the table in README.md)");
-    check_size(out.size(), in.size() * size_t_size(), "out", "size() * in.size()", collective::all_gather);
-    check_disjoint_or_own_block(in, out, in.size() * static_cast<std::size_t>(rank()), collective::all_gather);
-    auto fp = next_fp(collective::all_gather, dtype_of<T>(), in.size(), -1, 0);
-    if (size() == 1) return copy(in, out);
-    run<collective::all_gather>(a, fp, in.size_bytes(), [&](const auto& alg, auto& ch) { alg.all_gather(ch, in, out); });
+  auto all_gather(In&& in_buf, Out&& out_buf, const Algo& arg = {}) {
+    return with_stream(arg, [&](const auto& a) {
+      using A = std::remove_cvref_t<decltype(a)>;
+      ordered();
+      const auto in = readable(in_buf);
+      const auto out = writable(out_buf, collective::all_gather, "out");
+      using T = detail::element_of<Out>;
+      static_assert(supports<A, collective::all_gather>,
+                    "tutti: this algorithm has no all_gather schedule (see the table in README.md)");
+      check_size(out.size(), in.size() * size_t_size(), "out", "size() * in.size()", collective::all_gather);
+      check_disjoint_or_own_block(in, out, in.size() * static_cast<std::size_t>(rank()), collective::all_gather);
+      auto fp = next_fp(collective::all_gather, dtype_of<T>(), in.size(), -1, 0);
+      if (size() == 1) return copy(in, out);
+      run<collective::all_gather>(a, fp, in.size_bytes(), [&](const auto& alg, auto& ch) { alg.all_gather(ch, in, out); });
+    });
   }
 
   /// Rank i's `out` gets block i of root's `in` (size() · out.size() elements); `in` is ignored
   /// (may be empty) elsewhere.
   template <class Algo = algo::inherit, viewable In, viewable Out>
     requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
-  void scatter(In&& in_buf, Out&& out_buf, int root, const Algo& a = {}) {
-    ordered();
-    const auto in = readable(in_buf);
-    const auto out = writable(out_buf, collective::scatter, "out");
-    using T = detail::element_of<Out>;
-    static_assert(supports<Algo, collective::scatter>,
-                  "tutti: this algorithm has no scatter schedule (see the table in README.md); "
-                  "use tutti::algo::tree, direct or automatic");
-    check_root(root, collective::scatter);
-    if (rank() == root) {
-      check_size(in.size(), out.size() * size_t_size(), "in", "size() * out.size()", collective::scatter);
-      check_disjoint_or_own_block(view<const T, memory>(out), view<const T, memory>(in),
-                                  out.size() * static_cast<std::size_t>(rank()), collective::scatter);
-    }
-    auto fp = next_fp(collective::scatter, dtype_of<T>(), out.size(), root, 0);
-    if (size() == 1) return copy(in.subview(0, out.size()), out);
-    run<collective::scatter>(a, fp, out.size_bytes(), [&](const auto& alg, auto& ch) { alg.scatter(ch, in, out, root); });
+  auto scatter(In&& in_buf, Out&& out_buf, int root, const Algo& arg = {}) {
+    return with_stream(arg, [&](const auto& a) {
+      using A = std::remove_cvref_t<decltype(a)>;
+      ordered();
+      const auto in = readable(in_buf);
+      const auto out = writable(out_buf, collective::scatter, "out");
+      using T = detail::element_of<Out>;
+      static_assert(supports<A, collective::scatter>,
+                    "tutti: this algorithm has no scatter schedule (see the table in README.md); "
+                    "use tutti::algo::tree, direct or automatic");
+      check_root(root, collective::scatter);
+      if (rank() == root) {
+        check_size(in.size(), out.size() * size_t_size(), "in", "size() * out.size()", collective::scatter);
+        check_disjoint_or_own_block(view<const T, memory>(out), view<const T, memory>(in),
+                                    out.size() * static_cast<std::size_t>(rank()), collective::scatter);
+      }
+      auto fp = next_fp(collective::scatter, dtype_of<T>(), out.size(), root, 0);
+      if (size() == 1) return copy(in.subview(0, out.size()), out);
+      run<collective::scatter>(a, fp, out.size_bytes(), [&](const auto& alg, auto& ch) { alg.scatter(ch, in, out, root); });
+    });
   }
 
   /// Rank j's block i of `out` gets rank i's block j of `in`; `in` and `out` have the same size,
   /// a multiple of size(), and must not overlap.
   template <class Algo = algo::inherit, viewable In, viewable Out>
     requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
-  void all_to_all(In&& in_buf, Out&& out_buf, const Algo& a = {}) {
-    ordered();
-    const auto in = readable(in_buf);
-    const auto out = writable(out_buf, collective::all_to_all, "out");
-    using T = detail::element_of<Out>;
-    static_assert(supports<Algo, collective::all_to_all>,
-                  "tutti: this algorithm has no all_to_all schedule (see the table in README.md); "
-                  "use tutti::algo::direct or automatic");
-    check_size(out.size(), in.size(), "out", "in.size()", collective::all_to_all);
-    if (in.size() % size_t_size() != 0)
-      usage(what(collective::all_to_all) + ": in has " + std::to_string(in.size()) +
-            " elements, not a multiple of the group size " + std::to_string(size()));
-    check_disjoint(in, out, collective::all_to_all, /*allow_same=*/false);
-    auto fp = next_fp(collective::all_to_all, dtype_of<T>(), in.size(), -1, 0);
-    if (size() == 1) return copy(in, out);
-    run<collective::all_to_all>(a, fp, in.size_bytes() / size_t_size(), [&](const auto& alg, auto& ch) { alg.all_to_all(ch, in, out); });
+  auto all_to_all(In&& in_buf, Out&& out_buf, const Algo& arg = {}) {
+    return with_stream(arg, [&](const auto& a) {
+      using A = std::remove_cvref_t<decltype(a)>;
+      ordered();
+      const auto in = readable(in_buf);
+      const auto out = writable(out_buf, collective::all_to_all, "out");
+      using T = detail::element_of<Out>;
+      static_assert(supports<A, collective::all_to_all>,
+                    "tutti: this algorithm has no all_to_all schedule (see the table in README.md); "
+                    "use tutti::algo::direct or automatic");
+      check_size(out.size(), in.size(), "out", "in.size()", collective::all_to_all);
+      if (in.size() % size_t_size() != 0)
+        usage(what(collective::all_to_all) + ": in has " + std::to_string(in.size()) +
+              " elements, not a multiple of the group size " + std::to_string(size()));
+      check_disjoint(in, out, collective::all_to_all, /*allow_same=*/false);
+      auto fp = next_fp(collective::all_to_all, dtype_of<T>(), in.size(), -1, 0);
+      if (size() == 1) return copy(in, out);
+      run<collective::all_to_all>(a, fp, in.size_bytes() / size_t_size(), [&](const auto& alg, auto& ch) { alg.all_to_all(ch, in, out); });
+    });
   }
 
   /// Rank i's `out` gets block i of the reduction of every rank's `in` (size() · out.size()
   /// elements); `in` and `out` must not overlap.
   template <class Algo = algo::inherit, viewable In, viewable Out, class Op = op::sum>
     requires std::same_as<detail::element_of<In>, detail::element_of<Out>> && reduce_op<Op, detail::element_of<Out>>
-  void reduce_scatter(In&& in_buf, Out&& out_buf, const Op& op = {}, const Algo& a = {}) {
-    ordered();
-    const auto in = readable(in_buf);
-    const auto out = writable(out_buf, collective::reduce_scatter, "out");
-    using T = detail::element_of<Out>;
-    static_assert(supports<Algo, collective::reduce_scatter>,
-                  "tutti: this algorithm has no reduce_scatter schedule (see the table in README.md)");
-    check_size(in.size(), out.size() * size_t_size(), "in", "size() * out.size()", collective::reduce_scatter);
-    check_disjoint(in, out, collective::reduce_scatter, /*allow_same=*/false);
-    auto fp = next_fp(collective::reduce_scatter, dtype_of<T>(), out.size(), -1, op_traits<Op>::id());
-    if (size() == 1) copy(in, out);
-    else run<collective::reduce_scatter>(a, fp, in.size_bytes(), [&](const auto& alg, auto& ch) { alg.reduce_scatter(ch, in, out, kernel_op(op)); });
-    finish(out, op);
+  auto reduce_scatter(In&& in_buf, Out&& out_buf, const Op& op = {}, const Algo& arg = {}) {
+    return with_stream(arg, [&](const auto& a) {
+      using A = std::remove_cvref_t<decltype(a)>;
+      ordered();
+      const auto in = readable(in_buf);
+      const auto out = writable(out_buf, collective::reduce_scatter, "out");
+      using T = detail::element_of<Out>;
+      static_assert(supports<A, collective::reduce_scatter>,
+                    "tutti: this algorithm has no reduce_scatter schedule (see the table in README.md)");
+      check_size(in.size(), out.size() * size_t_size(), "in", "size() * out.size()", collective::reduce_scatter);
+      check_disjoint(in, out, collective::reduce_scatter, /*allow_same=*/false);
+      auto fp = next_fp(collective::reduce_scatter, dtype_of<T>(), out.size(), -1, op_traits<Op>::id());
+      if (size() == 1) copy(in, out);
+      else run<collective::reduce_scatter>(a, fp, in.size_bytes(), [&](const auto& alg, auto& ch) { alg.reduce_scatter(ch, in, out, kernel_op(op)); });
+      finish(out, op);
+    });
   }
 
   /// Returns once every rank of the group has entered the barrier.
   template <class Algo = algo::inherit>
-  void barrier(const Algo& a = {}) {
-    ordered();
-    static_assert(supports<Algo, collective::barrier>, "tutti: this algorithm has no barrier schedule");
-    auto fp = next_fp(collective::barrier, dtype_of<char>(), 0, -1, 0);
-    if (size() == 1) return;
-    run<collective::barrier>(a, fp, 0, [&](const auto& alg, auto& ch) { alg.barrier(ch); });
+  auto barrier(const Algo& arg = {}) {
+    return with_stream(arg, [&](const auto& a) {
+      using A = std::remove_cvref_t<decltype(a)>;
+      ordered();
+      static_assert(supports<A, collective::barrier>, "tutti: this algorithm has no barrier schedule");
+      auto fp = next_fp(collective::barrier, dtype_of<char>(), 0, -1, 0);
+      if (size() == 1) return;
+      run<collective::barrier>(a, fp, 0, [&](const auto& alg, auto& ch) { alg.barrier(ch); });
+    });
   }
 
   // ---- v-collectives: a count per rank -----------------------------------------------------
@@ -445,24 +480,27 @@ class communicator {
   /// counts. `in` may be this rank's own block of `out` (in place).
   template <class Algo = algo::inherit, viewable In, viewable Out>
     requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
-  void all_gather_v(In&& in_buf, Out&& out_buf, std::span<const std::size_t> counts, const Algo& a = {}) {
-    ordered();
-    constexpr auto C = collective::all_gather_v;
-    const auto in = readable(in_buf);
-    const auto out = writable(out_buf, C, "out");
-    using T = detail::element_of<Out>;
-    static_assert(supports<Algo, C>, "tutti: this algorithm has no all_gather_v schedule (see the table in README.md); "
-                                     "use tutti::algo::ring, direct or automatic");
-    const block_counts b = blocks(counts, "counts", C, offsets_a_);
-    check_room(out.size(), b.total, "out", "the sum of the counts", C);
-    check_disjoint_or_own_block(in, out, b.offset(rank()), C);
-    auto fp = next_fp(C, dtype_of<T>(), b.total, -1, 0);
-    fp.shape = counts_digest(counts);
-    if (in.size() != b.count(rank()))
-      own_count_mismatch(fp, "in", in.size(), b.count(rank()),
-                         ", the count " + other_ranks() + " expect from rank " + std::to_string(rank()));
-    if (size() == 1) return copy(in, out);
-    run<C>(a, fp, b.largest * sizeof(T), [&](const auto& alg, auto& ch) { alg.all_gather_v(ch, in, out, b); });
+  auto all_gather_v(In&& in_buf, Out&& out_buf, std::span<const std::size_t> counts, const Algo& arg = {}) {
+    return with_stream(arg, [&](const auto& a) {
+      using A = std::remove_cvref_t<decltype(a)>;
+      ordered();
+      constexpr auto C = collective::all_gather_v;
+      const auto in = readable(in_buf);
+      const auto out = writable(out_buf, C, "out");
+      using T = detail::element_of<Out>;
+      static_assert(supports<A, C>, "tutti: this algorithm has no all_gather_v schedule (see the table in README.md); "
+                                       "use tutti::algo::ring, direct or automatic");
+      const block_counts b = blocks(counts, "counts", C, offsets_a_);
+      check_room(out.size(), b.total, "out", "the sum of the counts", C);
+      check_disjoint_or_own_block(in, out, b.offset(rank()), C);
+      auto fp = next_fp(C, dtype_of<T>(), b.total, -1, 0);
+      fp.shape = counts_digest(counts);
+      if (in.size() != b.count(rank()))
+        own_count_mismatch(fp, "in", in.size(), b.count(rank()),
+                           ", the count " + other_ranks() + " expect from rank " + std::to_string(rank()));
+      if (size() == 1) return copy(in, out);
+      run<C>(a, fp, b.largest * sizeof(T), [&](const auto& alg, auto& ch) { alg.all_gather_v(ch, in, out, b); });
+    });
   }
 
   /// Root's `out` (at least the sum of the counts) gets rank i's `in` (`counts[i]` elements) as
@@ -470,26 +508,29 @@ class communicator {
   /// counts). `in` may be the root's own block of `out`.
   template <class Algo = algo::inherit, viewable In, viewable Out>
     requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
-  void gather_v(In&& in_buf, Out&& out_buf, std::span<const std::size_t> counts, int root, const Algo& a = {}) {
-    ordered();
-    constexpr auto C = collective::gather_v;
-    const auto in = readable(in_buf);
-    const auto out = writable(out_buf, C, "out");
-    using T = detail::element_of<Out>;
-    static_assert(supports<Algo, C>, "tutti: this algorithm has no gather_v schedule (see the table in README.md); "
-                                     "use tutti::algo::direct or automatic");
-    check_root(root, C);
-    const bool at_root = rank() == root;
-    const block_counts b = at_root || !counts.empty() ? blocks(counts, "counts", C, offsets_a_) : block_counts{};
-    if (at_root) {
-      check_room(out.size(), b.total, "out", "the sum of the counts", C);
-      check_disjoint_or_own_block(in, out, b.offset(rank()), C);
-    }
-    auto fp = next_fp(C, dtype_of<T>(), 0, root, 0);
-    if (b.size() && in.size() != b.count(rank()))
-      own_count_mismatch(fp, "in", in.size(), b.count(rank()), at_root ? "" : not_root_counts(root, "expects"));
-    if (size() == 1) return copy(in, out.subview(0, in.size()));
-    run<C>(a, fp, 0, [&](const auto& alg, auto& ch) { alg.gather_v(ch, in, out, b, root); });
+  auto gather_v(In&& in_buf, Out&& out_buf, std::span<const std::size_t> counts, int root, const Algo& arg = {}) {
+    return with_stream(arg, [&](const auto& a) {
+      using A = std::remove_cvref_t<decltype(a)>;
+      ordered();
+      constexpr auto C = collective::gather_v;
+      const auto in = readable(in_buf);
+      const auto out = writable(out_buf, C, "out");
+      using T = detail::element_of<Out>;
+      static_assert(supports<A, C>, "tutti: this algorithm has no gather_v schedule (see the table in README.md); "
+                                       "use tutti::algo::direct or automatic");
+      check_root(root, C);
+      const bool at_root = rank() == root;
+      const block_counts b = at_root || !counts.empty() ? blocks(counts, "counts", C, offsets_a_) : block_counts{};
+      if (at_root) {
+        check_room(out.size(), b.total, "out", "the sum of the counts", C);
+        check_disjoint_or_own_block(in, out, b.offset(rank()), C);
+      }
+      auto fp = next_fp(C, dtype_of<T>(), 0, root, 0);
+      if (b.size() && in.size() != b.count(rank()))
+        own_count_mismatch(fp, "in", in.size(), b.count(rank()), at_root ? "" : not_root_counts(root, "expects"));
+      if (size() == 1) return copy(in, out.subview(0, in.size()));
+      run<C>(a, fp, 0, [&](const auto& alg, auto& ch) { alg.gather_v(ch, in, out, b, root); });
+    });
   }
 
   /// Rank i's `out` (`counts[i]` elements) gets block i of root's `in` (at least the sum of the
@@ -497,26 +538,29 @@ class communicator {
   /// the root's own block of `in`.
   template <class Algo = algo::inherit, viewable In, viewable Out>
     requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
-  void scatter_v(In&& in_buf, std::span<const std::size_t> counts, Out&& out_buf, int root, const Algo& a = {}) {
-    ordered();
-    constexpr auto C = collective::scatter_v;
-    const auto in = readable(in_buf);
-    const auto out = writable(out_buf, C, "out");
-    using T = detail::element_of<Out>;
-    static_assert(supports<Algo, C>, "tutti: this algorithm has no scatter_v schedule (see the table in README.md); "
-                                     "use tutti::algo::direct or automatic");
-    check_root(root, C);
-    const bool at_root = rank() == root;
-    const block_counts b = at_root || !counts.empty() ? blocks(counts, "counts", C, offsets_a_) : block_counts{};
-    if (at_root) {
-      check_room(in.size(), b.total, "in", "the sum of the counts", C);
-      check_disjoint_or_own_block(view<const T, memory>(out), view<const T, memory>(in), b.offset(rank()), C);
-    }
-    auto fp = next_fp(C, dtype_of<T>(), 0, root, 0);
-    if (b.size() && out.size() != b.count(rank()))
-      own_count_mismatch(fp, "out", out.size(), b.count(rank()), at_root ? "" : not_root_counts(root, "sends"));
-    if (size() == 1) return copy(in.subview(0, out.size()), out);
-    run<C>(a, fp, 0, [&](const auto& alg, auto& ch) { alg.scatter_v(ch, in, b, out, root); });
+  auto scatter_v(In&& in_buf, std::span<const std::size_t> counts, Out&& out_buf, int root, const Algo& arg = {}) {
+    return with_stream(arg, [&](const auto& a) {
+      using A = std::remove_cvref_t<decltype(a)>;
+      ordered();
+      constexpr auto C = collective::scatter_v;
+      const auto in = readable(in_buf);
+      const auto out = writable(out_buf, C, "out");
+      using T = detail::element_of<Out>;
+      static_assert(supports<A, C>, "tutti: this algorithm has no scatter_v schedule (see the table in README.md); "
+                                       "use tutti::algo::direct or automatic");
+      check_root(root, C);
+      const bool at_root = rank() == root;
+      const block_counts b = at_root || !counts.empty() ? blocks(counts, "counts", C, offsets_a_) : block_counts{};
+      if (at_root) {
+        check_room(in.size(), b.total, "in", "the sum of the counts", C);
+        check_disjoint_or_own_block(view<const T, memory>(out), view<const T, memory>(in), b.offset(rank()), C);
+      }
+      auto fp = next_fp(C, dtype_of<T>(), 0, root, 0);
+      if (b.size() && out.size() != b.count(rank()))
+        own_count_mismatch(fp, "out", out.size(), b.count(rank()), at_root ? "" : not_root_counts(root, "sends"));
+      if (size() == 1) return copy(in.subview(0, out.size()), out);
+      run<C>(a, fp, 0, [&](const auto& alg, auto& ch) { alg.scatter_v(ch, in, b, out, root); });
+    });
   }
 
   /// Block j of `in` (`send_counts[j]` elements, at the prefix sum) goes to rank j; block i of
@@ -524,27 +568,30 @@ class communicator {
   /// j's recv_counts[i]. `in` and `out` must not overlap.
   template <class Algo = algo::inherit, viewable In, viewable Out>
     requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
-  void all_to_all_v(In&& in_buf, std::span<const std::size_t> send_counts, Out&& out_buf,
-                    std::span<const std::size_t> recv_counts, const Algo& a = {}) {
-    ordered();
-    constexpr auto C = collective::all_to_all_v;
-    const auto in = readable(in_buf);
-    const auto out = writable(out_buf, C, "out");
-    using T = detail::element_of<Out>;
-    static_assert(supports<Algo, C>, "tutti: this algorithm has no all_to_all_v schedule (see the table in README.md); "
-                                     "use tutti::algo::direct or automatic");
-    const block_counts s = blocks(send_counts, "send_counts", C, offsets_a_);
-    const block_counts r = blocks(recv_counts, "recv_counts", C, offsets_b_);
-    check_room(in.size(), s.total, "in", "the sum of send_counts", C);
-    check_room(out.size(), r.total, "out", "the sum of recv_counts", C);
-    if (s.count(rank()) != r.count(rank()))
-      usage(what(C) + ": send_counts[" + std::to_string(rank()) + "] = " + std::to_string(s.count(rank())) +
-            " but recv_counts[" + std::to_string(rank()) + "] = " + std::to_string(r.count(rank())) +
-            " (this rank's block to itself)");
-    check_disjoint(in.subview(0, s.total), out.subview(0, r.total), C, /*allow_same=*/false);
-    auto fp = next_fp(C, dtype_of<T>(), 0, -1, 0);
-    if (size() == 1) return copy(in.subview(0, s.total), out);
-    run<C>(a, fp, 0, [&](const auto& alg, auto& ch) { alg.all_to_all_v(ch, in, s, out, r); });
+  auto all_to_all_v(In&& in_buf, std::span<const std::size_t> send_counts, Out&& out_buf,
+                    std::span<const std::size_t> recv_counts, const Algo& arg = {}) {
+    return with_stream(arg, [&](const auto& a) {
+      using A = std::remove_cvref_t<decltype(a)>;
+      ordered();
+      constexpr auto C = collective::all_to_all_v;
+      const auto in = readable(in_buf);
+      const auto out = writable(out_buf, C, "out");
+      using T = detail::element_of<Out>;
+      static_assert(supports<A, C>, "tutti: this algorithm has no all_to_all_v schedule (see the table in README.md); "
+                                       "use tutti::algo::direct or automatic");
+      const block_counts s = blocks(send_counts, "send_counts", C, offsets_a_);
+      const block_counts r = blocks(recv_counts, "recv_counts", C, offsets_b_);
+      check_room(in.size(), s.total, "in", "the sum of send_counts", C);
+      check_room(out.size(), r.total, "out", "the sum of recv_counts", C);
+      if (s.count(rank()) != r.count(rank()))
+        usage(what(C) + ": send_counts[" + std::to_string(rank()) + "] = " + std::to_string(s.count(rank())) +
+              " but recv_counts[" + std::to_string(rank()) + "] = " + std::to_string(r.count(rank())) +
+              " (this rank's block to itself)");
+      check_disjoint(in.subview(0, s.total), out.subview(0, r.total), C, /*allow_same=*/false);
+      auto fp = next_fp(C, dtype_of<T>(), 0, -1, 0);
+      if (size() == 1) return copy(in.subview(0, s.total), out);
+      run<C>(a, fp, 0, [&](const auto& alg, auto& ch) { alg.all_to_all_v(ch, in, s, out, r); });
+    });
   }
 
   /// `in` holds the sum of the counts; rank i's `out` (`counts[i]` elements) gets block i of the
@@ -552,28 +599,31 @@ class communicator {
   /// overlap.
   template <class Algo = algo::inherit, viewable In, viewable Out, class Op = op::sum>
     requires std::same_as<detail::element_of<In>, detail::element_of<Out>> && reduce_op<Op, detail::element_of<Out>>
-  void reduce_scatter_v(In&& in_buf, Out&& out_buf, std::span<const std::size_t> counts, const Op& op = {},
-                        const Algo& a = {}) {
-    ordered();
-    constexpr auto C = collective::reduce_scatter_v;
-    const auto in = readable(in_buf);
-    const auto out = writable(out_buf, C, "out");
-    using T = detail::element_of<Out>;
-    static_assert(supports<Algo, C>, "tutti: this algorithm has no reduce_scatter_v schedule (see the table in "
-                                     "README.md); use tutti::algo::ring, direct or automatic");
-    const block_counts b = blocks(counts, "counts", C, offsets_a_);
-    if (in.size() != b.total)
-      usage(what(C) + ": in has " + std::to_string(in.size()) + " elements, but the counts sum to " +
-            std::to_string(b.total));
-    check_disjoint(in, out, C, /*allow_same=*/false);
-    auto fp = next_fp(C, dtype_of<T>(), b.total, -1, op_traits<Op>::id());
-    fp.shape = counts_digest(counts);
-    if (out.size() != b.count(rank()))
-      own_count_mismatch(fp, "out", out.size(), b.count(rank()),
-                         ", the block " + other_ranks() + " reduce for rank " + std::to_string(rank()));
-    if (size() == 1) copy(in, out);
-    else run<C>(a, fp, b.largest * sizeof(T), [&](const auto& alg, auto& ch) { alg.reduce_scatter_v(ch, in, out, b, kernel_op(op)); });
-    finish(out, op);
+  auto reduce_scatter_v(In&& in_buf, Out&& out_buf, std::span<const std::size_t> counts, const Op& op = {},
+                        const Algo& arg = {}) {
+    return with_stream(arg, [&](const auto& a) {
+      using A = std::remove_cvref_t<decltype(a)>;
+      ordered();
+      constexpr auto C = collective::reduce_scatter_v;
+      const auto in = readable(in_buf);
+      const auto out = writable(out_buf, C, "out");
+      using T = detail::element_of<Out>;
+      static_assert(supports<A, C>, "tutti: this algorithm has no reduce_scatter_v schedule (see the table in "
+                                       "README.md); use tutti::algo::ring, direct or automatic");
+      const block_counts b = blocks(counts, "counts", C, offsets_a_);
+      if (in.size() != b.total)
+        usage(what(C) + ": in has " + std::to_string(in.size()) + " elements, but the counts sum to " +
+              std::to_string(b.total));
+      check_disjoint(in, out, C, /*allow_same=*/false);
+      auto fp = next_fp(C, dtype_of<T>(), b.total, -1, op_traits<Op>::id());
+      fp.shape = counts_digest(counts);
+      if (out.size() != b.count(rank()))
+        own_count_mismatch(fp, "out", out.size(), b.count(rank()),
+                           ", the block " + other_ranks() + " reduce for rank " + std::to_string(rank()));
+      if (size() == 1) copy(in, out);
+      else run<C>(a, fp, b.largest * sizeof(T), [&](const auto& alg, auto& ch) { alg.reduce_scatter_v(ch, in, out, b, kernel_op(op)); });
+      finish(out, op);
+    });
   }
 
   /// Every rank's `n` in rank order: the counts of a v-collective when each rank knows only its
@@ -581,7 +631,13 @@ class communicator {
   std::vector<std::size_t> all_gather_counts(std::size_t n) {
     std::vector<std::uint64_t> all(size_t_size());
     const std::uint64_t mine = n;
-    all_gather(view<const std::uint64_t>(&mine, 1), view<std::uint64_t>(all));
+    if constexpr (std::is_same_v<memory, host_memory>) {
+      all_gather(view<const std::uint64_t>(&mine, 1), view<std::uint64_t>(all));
+    } else {  // counts live on the host: the transport's host-side exchange
+      ordered();
+      auto fp = next_fp(collective::all_gather, dtype_of<std::uint64_t>(), 1, -1, 0);
+      all = host_words(fp, view<const std::uint64_t>(&mine, 1));
+    }
     return std::vector<std::size_t>(all.begin(), all.end());
   }
 
@@ -589,25 +645,36 @@ class communicator {
 
   /// Sends `data` to `peer`; returns once the transport has taken it. The matching `recv` names
   /// this rank, the same tag, dtype and count.
-  template <viewable B>
-  void send(B&& data_buf, int peer, int tag = 0) {
-    ordered();
-    const auto data = readable(data_buf);
-    using U = detail::element_of<B>;
-    check_peer(peer, tag, "send");
-    channel<Transport> ch(t_, p2p_fp(dtype_of<U>(), data.size(), tag), "p2p", cfg_.timeout, scratch_, aborted_.get());
-    recorded(ch, [&] { ch.send(peer, data); });
+  /// On a `stream_ordered` transport a stream may follow the tag: the transfer is enqueued on it
+  /// and a request returned.
+  template <viewable B, class S = algo::inherit>
+  auto send(B&& data_buf, int peer, int tag = 0, const S& stream = {}) {
+    static_assert(std::is_same_v<S, algo::inherit> || detail::stream_arg<Transport, S>,
+                  "tutti: send's fourth argument is a stream of the communicator's transport");
+    return with_stream(stream, [&](const auto&) {
+      ordered();
+      const auto data = readable(data_buf);
+      using U = detail::element_of<B>;
+      check_peer(peer, tag, "send");
+      channel<Transport> ch(t_, p2p_fp(dtype_of<U>(), data.size(), tag), "p2p", cfg_.timeout, scratch_, aborted_.get());
+      recorded(ch, [&] { ch.send(peer, data); });
+    });
   }
 
-  /// Receives `data.size()` elements from `peer` with `tag` into `data`.
-  template <viewable B>
-  void recv(B&& data_buf, int peer, int tag = 0) {
-    ordered();
-    const auto data = writable(data_buf, collective::send_recv, "data");
-    using T = detail::element_of<B>;
-    check_peer(peer, tag, "recv");
-    channel<Transport> ch(t_, p2p_fp(dtype_of<T>(), data.size(), tag), "p2p", cfg_.timeout, scratch_, aborted_.get());
-    recorded(ch, [&] { ch.recv(peer, data); });
+  /// Receives `data.size()` elements from `peer` with `tag` into `data` (a stream may follow, as
+  /// for `send`).
+  template <viewable B, class S = algo::inherit>
+  auto recv(B&& data_buf, int peer, int tag = 0, const S& stream = {}) {
+    static_assert(std::is_same_v<S, algo::inherit> || detail::stream_arg<Transport, S>,
+                  "tutti: recv's fourth argument is a stream of the communicator's transport");
+    return with_stream(stream, [&](const auto&) {
+      ordered();
+      const auto data = writable(data_buf, collective::send_recv, "data");
+      using T = detail::element_of<B>;
+      check_peer(peer, tag, "recv");
+      channel<Transport> ch(t_, p2p_fp(dtype_of<T>(), data.size(), tag), "p2p", cfg_.timeout, scratch_, aborted_.get());
+      recorded(ch, [&] { ch.recv(peer, data); });
+    });
   }
 
   // ---- non-blocking twins ------------------------------------------------------------------
@@ -862,8 +929,16 @@ class communicator {
                              " (every rank must pass the same list)");
       });
     }
-    if (!seen[static_cast<std::size_t>(rank())]) return std::nullopt;
-    return child(ranks, context);
+    const bool member = seen[static_cast<std::size_t>(rank())];
+    if constexpr (collective_sub<Transport>) {
+      std::optional<Transport> t;
+      guarded([&] { t = t_.split_sub(std::span<const int>(ranks), member, context); });
+      if (!member) return std::nullopt;
+      return child_of(std::move(*t), context, algo_);
+    } else {
+      if (!member) return std::nullopt;
+      return child(ranks, context);
+    }
   }
 
   /// MPI_Comm_split: ranks with the same `color` form a group, ordered by (`key`, rank).
@@ -879,18 +954,25 @@ class communicator {
                                static_cast<std::uint32_t>(key);
     const std::uint64_t base = seq_;
     auto all = exchange(mine);
-    if (color < 0) return std::nullopt;
+    if (color < 0 && !collective_sub<Transport>) return std::nullopt;
     std::vector<std::pair<int, int>> members;  // (key, rank)
     for (int i = 0; i < size(); ++i) {
       const auto v = all[static_cast<std::size_t>(i)];
-      if (static_cast<std::int32_t>(v >> 32) == color)
+      if (color >= 0 && static_cast<std::int32_t>(v >> 32) == color)
         members.emplace_back(static_cast<std::int32_t>(v & 0xffffffffu), i);
     }
     std::sort(members.begin(), members.end());
     std::vector<int> ranks;
     for (auto& m : members) ranks.push_back(m.second);
     const std::uint64_t context = detail::hash_combine(context_, detail::hash_combine(base, static_cast<std::uint64_t>(color) + 0x73706c6974ull));
-    return child(ranks, context, std::move(a));
+    if constexpr (collective_sub<Transport>) {  // every rank takes part, with its own group's members
+      std::optional<Transport> t;
+      guarded([&] { t = t_.split_sub(std::span<const int>(ranks), color >= 0, context); });
+      if (color < 0) return std::nullopt;
+      return child_of(std::move(*t), context, std::move(a));
+    } else {
+      return child(ranks, context, std::move(a));
+    }
   }
 
   /// `n` elements (zeroed) in memory shared with the peers, on transports that have it
@@ -969,7 +1051,9 @@ class communicator {
   /// sums and products (and avg) of three or more ranks are posted unfused, as are user ops.
   template <class T, class Op>
   bool fuses_exactly() const {
-    if constexpr (std::is_same_v<Op, op::min> || std::is_same_v<Op, op::max> || std::is_same_v<Op, op::band> ||
+    if constexpr (!std::is_same_v<memory, host_memory>)
+      return false;  // the packed buffer is host memory
+    else if constexpr (std::is_same_v<Op, op::min> || std::is_same_v<Op, op::max> || std::is_same_v<Op, op::band> ||
                   std::is_same_v<Op, op::bor> || std::is_same_v<Op, op::bxor>)
       return true;
     else if constexpr (std::is_same_v<Op, op::sum> || std::is_same_v<Op, op::prod> || std::is_same_v<Op, op::avg>)
@@ -1148,6 +1232,28 @@ class communicator {
         }
       });
     for (const auto& v : parts) finish(v, op);
+  }
+
+  // ---- streams ------------------------------------------------------------------------------
+
+  /// Runs a call's body with its trailing argument. On a `stream_ordered` transport the call's
+  /// work is enqueued on the stream given in the algorithm's place (the communicator's algorithm
+  /// then runs) and a request for it is returned; without a stream, on the transport's own
+  /// stream, waited for before returning. Elsewhere the body just runs with the algorithm.
+  template <class Arg, class Body>
+  auto with_stream(const Arg& arg, Body&& body) {
+    if constexpr (detail::stream_arg<Transport, Arg>) {
+      guarded([&] { t_.bind_stream(&arg); });
+      body(algo::inherit{});
+      return request(t_.completion(wait_context{cfg_.timeout, {}, aborted_.get()}));
+    } else if constexpr (stream_ordered<Transport>) {
+      guarded([&] { t_.bind_stream(nullptr); });
+      body(arg);
+      request r(t_.completion(wait_context{cfg_.timeout, {}, aborted_.get()}));
+      guarded([&] { r.wait(); });
+    } else {
+      body(arg);
+    }
   }
 
   // ---- buffers ------------------------------------------------------------------------------
@@ -1386,8 +1492,21 @@ class communicator {
       auto body = [&](const auto& alg, auto& ch) { alg.all_gather(ch, mine, view<std::uint64_t>(all)); };
       execute(algo::direct{}, fp, body);
     } else {
-      static_assert(std::is_same_v<memory, host_memory>, "tutti: group agreement needs a transport of host memory");
+      all = host_words(fp, mine);
     }
+    return all;
+  }
+  /// Every rank's words through the transport's host-side exchange (a transport of device
+  /// memory), in the flight recorder and guarded like a collective.
+  std::vector<std::uint64_t> host_words(const fingerprint& fp, view<const std::uint64_t> mine) {
+    static_assert(host_exchange<Transport>,
+                  "tutti: agreement on a transport whose memory is not the host's needs its host_exchange");
+    std::vector<std::uint64_t> all(mine.size() * size_t_size());
+    channel<Transport> ch(t_, fp, "host exchange", cfg_.timeout, scratch_, aborted_.get());
+    recorded(ch, [&] {
+      t_.exchange(fp, reinterpret_cast<const std::byte*>(mine.data()), reinterpret_cast<std::byte*>(all.data()),
+                  mine.size_bytes(), ch.wait());
+    });
     return all;
   }
   std::vector<std::uint64_t> exchange(std::uint64_t mine) { return exchange(view<const std::uint64_t>(&mine, 1)); }
@@ -1397,7 +1516,11 @@ class communicator {
   }
   template <tutti::algorithm A>
   std::optional<communicator<Transport, A>> child(const std::vector<int>& ranks, std::uint64_t context, A a) {
-    communicator<Transport, A> c(t_.sub(std::span<const int>(ranks), context), std::move(a), cfg_);
+    return child_of(t_.sub(std::span<const int>(ranks), context), context, std::move(a));
+  }
+  template <tutti::algorithm A>
+  std::optional<communicator<Transport, A>> child_of(Transport t, std::uint64_t context, A a) {
+    communicator<Transport, A> c(std::move(t), std::move(a), cfg_);
     c.context_ = context;
     c.aborted_ = aborted_;  // the family shares the links, so it shares the abort
     c.recorder_ = detail::flight_recorder(c.rank(), c.size(), context);

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -29,52 +30,11 @@
 #include <vector>
 
 #include "tutti/core/error.hpp"
+#include "tutti/detail/operation.hpp"
 
 namespace tutti {
 
 namespace detail {
-
-/// What a request and the engine that runs its operation share.
-struct operation_state {
-  std::atomic<bool> done{false};
-  std::exception_ptr error;  // written before `done` is set
-};
-
-/// Wakes the `wait_any`s in progress when any operation of the process completes (requests of
-/// different communicators may be waited on together). Costs a completion nothing while no
-/// `wait_any` waits.
-struct completion_signal {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::uint64_t epoch = 0;
-  std::atomic<int> waiters{0};
-  static completion_signal& get() {
-    static completion_signal s;
-    return s;
-  }
-  void notify() {
-    if (waiters.load(std::memory_order_seq_cst) == 0) return;
-    {
-      std::lock_guard lk(mu);
-      ++epoch;
-    }
-    cv.notify_all();
-  }
-};
-
-/// Marks `s` complete; wakes its waiter (`await`) and, unless `quiet` (the caller notifies the
-/// completion signal once for many), the `wait_any`s.
-inline void complete(operation_state& s, std::exception_ptr e, bool quiet = false) {
-  s.error = std::move(e);
-  s.done.store(true, std::memory_order_seq_cst);
-  s.done.notify_all();
-  if (!quiet) completion_signal::get().notify();
-}
-
-/// Waits until `s` is done (a futex on its flag: no spinning, no shared lock).
-inline void await(const operation_state& s) {
-  while (!s.done.load(std::memory_order_acquire)) s.done.wait(false, std::memory_order_acquire);
-}
 
 /// One communicator's progress engine: a thread running the posted operations in order.
 class progress_engine {
@@ -232,6 +192,7 @@ class [[nodiscard]] request {
   /// is empty). Never blocks.
   bool test() {
     if (!s_) return true;
+    if (!s_->done.load(std::memory_order_acquire) && s_->poll) s_->poll(*s_);
     if (!s_->done.load(std::memory_order_acquire)) return false;
     finish();
     return true;
@@ -297,6 +258,18 @@ inline std::size_t wait_any(std::span<request> rs) {
       }
     }
     if (!any) return rs.size();
+    // Operations that complete only when polled (device work on a stream): poll them, and
+    // look again shortly instead of sleeping until a completion is signalled.
+    bool polled = false;
+    for (auto& r : rs) {
+      if (!r.s_ || !r.s_->poll) continue;
+      polled = true;
+      if (!r.s_->done.load(std::memory_order_acquire)) r.s_->poll(*r.s_);
+    }
+    if (polled) {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+      continue;
+    }
     sig.waiters.fetch_add(1, std::memory_order_seq_cst);
     {
       std::unique_lock lk(sig.mu);

@@ -1,6 +1,7 @@
 /// \file
 /// Reduce ops. The built-ins are small function objects, generic over the element type (the
-/// kernels run the built-ins on SIMD vectors). Any user function object callable
+/// kernels run the built-ins on SIMD vectors; compiled by nvcc they are device functions too,
+/// for the device transports' kernels). Any user function object callable
 /// as `T(T, T)` on a trivially copyable `T` is a reduce op too; ops are assumed associative and
 /// commutative, as in MPI and torch.distributed (algorithms reorder operands).
 #pragma once
@@ -13,6 +14,7 @@
 
 #include "tutti/core/dtype.hpp"
 #include "tutti/core/op_id.hpp"
+#include "tutti/detail/attributes.hpp"
 
 namespace tutti {
 
@@ -22,7 +24,7 @@ namespace op {
 struct sum {
   static constexpr std::string_view name = "sum";
   template <class T>
-  constexpr T operator()(const T& a, const T& b) const {
+  TUTTI_HOST_DEVICE constexpr T operator()(const T& a, const T& b) const {
     return static_cast<T>(a + b);
   }
 };
@@ -30,7 +32,7 @@ struct sum {
 struct prod {
   static constexpr std::string_view name = "prod";
   template <class T>
-  constexpr T operator()(const T& a, const T& b) const {
+  TUTTI_HOST_DEVICE constexpr T operator()(const T& a, const T& b) const {
     return static_cast<T>(a * b);
   }
 };
@@ -38,7 +40,7 @@ struct prod {
 struct min {
   static constexpr std::string_view name = "min";
   template <class T>
-  constexpr T operator()(const T& a, const T& b) const {
+  TUTTI_HOST_DEVICE constexpr T operator()(const T& a, const T& b) const {
     return b < a ? b : a;
   }
 };
@@ -46,7 +48,7 @@ struct min {
 struct max {
   static constexpr std::string_view name = "max";
   template <class T>
-  constexpr T operator()(const T& a, const T& b) const {
+  TUTTI_HOST_DEVICE constexpr T operator()(const T& a, const T& b) const {
     return a < b ? b : a;
   }
 };
@@ -54,7 +56,7 @@ struct max {
 struct band {
   static constexpr std::string_view name = "band";
   template <class T>
-  constexpr T operator()(const T& a, const T& b) const {
+  TUTTI_HOST_DEVICE constexpr T operator()(const T& a, const T& b) const {
     return static_cast<T>(a & b);
   }
 };
@@ -62,7 +64,7 @@ struct band {
 struct bor {
   static constexpr std::string_view name = "bor";
   template <class T>
-  constexpr T operator()(const T& a, const T& b) const {
+  TUTTI_HOST_DEVICE constexpr T operator()(const T& a, const T& b) const {
     return static_cast<T>(a | b);
   }
 };
@@ -70,7 +72,7 @@ struct bor {
 struct bxor {
   static constexpr std::string_view name = "bxor";
   template <class T>
-  constexpr T operator()(const T& a, const T& b) const {
+  TUTTI_HOST_DEVICE constexpr T operator()(const T& a, const T& b) const {
     return static_cast<T>(a ^ b);
   }
 };
@@ -79,7 +81,7 @@ struct bxor {
 struct avg {
   static constexpr std::string_view name = "avg";
   template <class T>
-  constexpr T operator()(const T& a, const T& b) const {
+  TUTTI_HOST_DEVICE constexpr T operator()(const T& a, const T& b) const {
     return static_cast<T>(a + b);
   }
 };

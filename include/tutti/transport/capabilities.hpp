@@ -21,6 +21,9 @@
 /// | `from_environment`   | joins the job the environment describes                           | `from_env()`     |
 /// | `own_memory`         | its own copy and reduce, for a memory kind the CPU may not touch  | channel          |
 /// | `one_host_job`       | a group of ranks of one host, made from a name they agree on      | `tutti::mesh`    |
+/// | `stream_ordered`     | enqueues a call's work on a device stream; a request completes it | communicator     |
+/// | `host_exchange`      | an all-gather of host bytes beside its device memory              | groups, counts   |
+/// | `collective_sub`     | sub-groups made by every rank of the group, members or not        | `new_group`      |
 ///
 /// `transport_traits<T>` gives the tuning kind (which rows of automatic's tuned table apply) and
 /// the memory kind; both come from the transport's own members where it declares them.
@@ -31,6 +34,8 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -40,6 +45,7 @@
 #include "tutti/core/fingerprint.hpp"
 #include "tutti/core/counts.hpp"
 #include "tutti/core/memory.hpp"
+#include "tutti/detail/operation.hpp"
 #include "tutti/op/ops.hpp"
 #include "tutti/transport/byte_consumer.hpp"
 
@@ -208,11 +214,45 @@ concept own_memory = transport<T> && requires(T& t, std::byte* d, const std::byt
   t.divide(out, n, 2);
 };
 
+/// Device work in stream order (`tutti::cuda_ipc`, `tutti::nccl`): each call's work goes on the
+/// stream bound before it (`bind_stream(&s)`; null: the transport's own), and `completion(w)`
+/// gives the state of a request that completes when the device has done everything enqueued
+/// since (polled: no thread watches it), failing at `w`'s deadline with the peer it waited on.
+/// `bind_stream` raises what an earlier asynchronous failure left (`errc::aborted`).
+template <class T>
+concept stream_ordered = transport<T> && requires(T& t, const typename T::stream_type* s, const wait_context& w) {
+  t.bind_stream(s);
+  { t.completion(w) } -> std::same_as<std::shared_ptr<detail::operation_state>>;
+};
+
+/// An all-gather of `bytes` host bytes per rank, checked against the fingerprint like a
+/// message: what a transport of device memory offers for the communicator's host-side agreement
+/// (groups, v-collective counts).
+template <class T>
+concept host_exchange = transport<T> && requires(T& t, const fingerprint& fp, const std::byte* mine, std::byte* all,
+                                                 std::size_t bytes, const wait_context& w) {
+  t.exchange(fp, mine, all, bytes, w);
+};
+
+/// Sub-groups that every rank of the group takes part in making (NCCL's `ncclCommSplit`):
+/// `split_sub(members, member, context)` is called by every rank, and gives members their
+/// transport (non-members nothing), instead of `sub` called by the members alone.
+template <class T>
+concept collective_sub = transport<T> && requires(const T& ct, std::span<const int> members, bool member,
+                                                  std::uint64_t context) {
+  { ct.split_sub(members, member, context) } -> std::same_as<std::optional<T>>;
+};
+
 namespace detail {
 template <class T>
 constexpr std::string_view tuning_kind_of() {
   if constexpr (requires { { T::tuning_kind } -> std::convertible_to<std::string_view>; }) return T::tuning_kind;
   else return {};
+}
+template <class T>
+constexpr bool native_first_of() {
+  if constexpr (requires { { T::native_first } -> std::convertible_to<bool>; }) return T::native_first;
+  else return false;
 }
 template <class T>
 struct memory_kind_of {
@@ -233,6 +273,10 @@ struct transport_traits {
   static constexpr std::string_view tuning_kind = detail::tuning_kind_of<T>();
   /// Where its views' memory lives: the transport's `memory_kind` type, else host memory.
   using memory = typename detail::memory_kind_of<T>::type;
+  /// Whether `automatic` runs the transport's own collectives (`algo::native`) wherever they
+  /// exist, before its table and rule (the device transports: their kernels, NCCL's
+  /// collectives): the transport's `static constexpr bool native_first`.
+  static constexpr bool native_first = detail::native_first_of<T>();
 };
 
 }  // namespace tutti

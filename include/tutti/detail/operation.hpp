@@ -1,0 +1,77 @@
+/// \file
+/// What a `tutti::request` and whoever completes its operation share: the operation's state,
+/// how to complete it and how to wait for it. An operation runs either on a progress engine's
+/// thread, which completes its state (`complete`), or nowhere on the host (device work
+/// enqueued on a stream), in which case its state carries a `poll` that whoever waits calls to
+/// find out, and that completes the state itself.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+namespace tutti::detail {
+
+/// What a request and the engine that runs its operation share.
+struct operation_state {
+  std::atomic<bool> done{false};
+  std::exception_ptr error;  // written before `done` is set
+  /// Set for an operation no thread runs (device work on a stream): finds out whether it is
+  /// complete and, if so (or once its deadline has passed), completes `*this`. Called only by
+  /// the request's holder (`wait`, `test`, `wait_any`, its destructor), never concurrently.
+  std::function<void(operation_state&)> poll;
+};
+
+/// Wakes the `wait_any`s in progress when any operation of the process completes (requests of
+/// different communicators may be waited on together). Costs a completion nothing while no
+/// `wait_any` waits.
+struct completion_signal {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::uint64_t epoch = 0;
+  std::atomic<int> waiters{0};
+  static completion_signal& get() {
+    static completion_signal s;
+    return s;
+  }
+  void notify() {
+    if (waiters.load(std::memory_order_seq_cst) == 0) return;
+    {
+      std::lock_guard lk(mu);
+      ++epoch;
+    }
+    cv.notify_all();
+  }
+};
+
+/// Marks `s` complete; wakes its waiter (`await`) and, unless `quiet` (the caller notifies the
+/// completion signal once for many), the `wait_any`s.
+inline void complete(operation_state& s, std::exception_ptr e, bool quiet = false) {
+  s.error = std::move(e);
+  s.done.store(true, std::memory_order_seq_cst);
+  s.done.notify_all();
+  if (!quiet) completion_signal::get().notify();
+}
+
+/// Waits until `s` is done: a futex on its flag (no spinning, no shared lock), or, for an
+/// operation that completes when polled, polling it (spinning briefly, then yielding, then
+/// sleeping 20 µs between polls).
+inline void await(operation_state& s) {
+  if (s.poll) {
+    for (int i = 0; !s.done.load(std::memory_order_acquire); ++i) {
+      s.poll(s);
+      if (s.done.load(std::memory_order_acquire)) break;
+      if (i > 2000) std::this_thread::sleep_for(std::chrono::microseconds(20));
+      else if (i > 200) std::this_thread::yield();
+    }
+    return;
+  }
+  while (!s.done.load(std::memory_order_acquire)) s.done.wait(false, std::memory_order_acquire);
+}
+
+}  // namespace tutti::detail
