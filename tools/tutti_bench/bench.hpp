@@ -22,7 +22,11 @@ namespace tutti_bench {
 
 enum class dtype_kind { f32, f64, i32, i64, u8, f16, bf16 };
 enum class op_kind { sum, prod, min, max, avg };
-enum class transport_kind { shm, tcp, inproc, mpi };
+enum class transport_kind { shm, tcp, inproc, mpi, cuda_ipc, cuda_ipc_threads, nccl };
+/// Whether a transport runs on device memory (over_cuda.cu: all_reduce only, its own table).
+inline bool device_transport(transport_kind t) {
+  return t == transport_kind::cuda_ipc || t == transport_kind::cuda_ipc_threads || t == transport_kind::nccl;
+}
 /// How the v-collectives' counts are spread over the ranks (--counts).
 enum class counts_pattern { uniform, linear, one_heavy };
 
@@ -541,6 +545,9 @@ int run_process(const options& o) {
 // exit status (0; 1 when a result was wrong); supports_* say whether candidate `algo` of
 // automatic has a schedule for `c` on that transport (automatic::support).
 int run_inproc(const options& o);
+/// The device transports (over_cuda.cu, built with CUDA): all_reduce on device buffers beside raw
+/// NCCL and the device's copy rate, measured in the same run.
+int run_cuda(const options& o);
 int run_shm(const options& o);
 int run_tcp(const options& o);
 int run_mpi(const options& o);

@@ -54,7 +54,9 @@ all_to_all and reduce_scatter out of place only).
                            one-heavy (rank 0 holds the whole total, the others nothing; for
                            all_to_all_v every rank sends everything to rank 0)
   --transport T            shm (default), tcp, inproc (threads of one process), mpi (when
-                           built with MPI)
+                           built with MPI); with CUDA: cuda_ipc (processes), cuda_ipc_threads,
+                           nccl: all_reduce of float, half or bfloat16 sums on device buffers,
+                           beside raw NCCL (nccl) and the bound of the device's copy rate
   --algo A                 automatic (default), ring, tree, recursive_doubling, direct,
                            shared_memory (shm), native (mpi)
   --np N                   ranks: starts tuttirun --nproc-per-node=N (inproc: N threads);
@@ -136,6 +138,9 @@ bool transport_built(transport_kind t) {
 #endif
 #ifndef TUTTI_BENCH_HAVE_MPI
   if (t == transport_kind::mpi) return false;
+#endif
+#ifndef TUTTI_BENCH_HAVE_CUDA
+  if (device_transport(t)) return false;
 #endif
   (void)t;
   return true;
@@ -247,10 +252,15 @@ parsed parse_command_line(int argc, char** argv) {
       else if (v == "tcp") o.transport = transport_kind::tcp;
       else if (v == "inproc" || v == "threads") o.transport = transport_kind::inproc;  // threads: its old name
       else if (v == "mpi") o.transport = transport_kind::mpi;
-      else throw usage_error_exit("--transport " + v + ": unknown transport (shm, tcp, inproc, mpi)");
+      else if (v == "cuda_ipc") o.transport = transport_kind::cuda_ipc;
+      else if (v == "cuda_ipc_threads") o.transport = transport_kind::cuda_ipc_threads;
+      else if (v == "nccl") o.transport = transport_kind::nccl;
+      else throw usage_error_exit("--transport " + v + ": unknown transport (shm, tcp, inproc, mpi, cuda_ipc, cuda_ipc_threads, nccl)");
       if (!transport_built(o.transport))
         throw usage_error_exit("--transport " + v + ": this tutti-bench was built without it (" +
-                               (v == "tcp" ? "Asio, Debian libasio-dev, was not found" : "no MPI was found") + ")");
+                               (v == "tcp" ? "Asio, Debian libasio-dev, was not found"
+                                : v == "mpi" ? "no MPI was found"
+                                             : "no CUDA toolkit (nvcc) was found") + ")");
     } else if (flag == "--algo") {
       o.algo = next();
       if (o.algo != "automatic" && !tutti::algo::automatic::index_of(o.algo)) {
@@ -275,6 +285,14 @@ parsed parse_command_line(int argc, char** argv) {
     throw usage_error_exit("-f " + std::to_string(o.factor) + ": the step factor must be at least 2 (or -b equal to -e)");
   if (o.np && o.root >= o.np)
     throw usage_error_exit("-r " + std::to_string(o.root) + " is not a rank of --np " + std::to_string(o.np));
+  if (device_transport(o.transport)) {
+    for (auto c : o.collectives)
+      if (c != tutti::collective::all_reduce)
+        throw usage_error_exit("--transport " + std::string(transport_name(o.transport)) +
+                               ": this benchmark measures all_reduce on device buffers only");
+    if (o.algo != "automatic") throw usage_error_exit("--algo: the device transports run their own (automatic)");
+    return p;
+  }
   if (const auto i = tutti::algo::automatic::index_of(o.algo); i && !algo_runs_any(o)) {
     throw usage_error_exit("--algo " + o.algo + " needs " + std::string(tutti::algo::automatic::needs[*i]) + "; --transport " +
                            std::string(transport_name(o.transport)) + " has none");
@@ -324,7 +342,7 @@ const char* op_name(op_kind o) {
   return n[static_cast<int>(o)];
 }
 const char* transport_name(transport_kind t) {
-  constexpr const char* n[] = {"shm", "tcp", "inproc", "mpi"};
+  constexpr const char* n[] = {"shm", "tcp", "inproc", "mpi", "cuda_ipc", "cuda_ipc_threads", "nccl"};
   return n[static_cast<int>(t)];
 }
 
@@ -601,6 +619,9 @@ int main(int argc, char** argv) {
     // --algo X: every communicator of this process takes X through TUTTI_ALGO (one name: every
     // collective X has a schedule for; the others were rejected or are skipped above).
     if (o.algo != "automatic") ::setenv("TUTTI_ALGO", o.algo.c_str(), 1);
+#ifdef TUTTI_BENCH_HAVE_CUDA
+    if (o.transport == transport_kind::cuda_ipc_threads) return run_cuda(o);
+#endif
     if (o.transport == transport_kind::inproc) {
       if (o.root >= std::max(o.np, 1)) {
         std::fprintf(stderr, "tutti-bench: -r %d is not a rank of --np %d\n", o.root, std::max(o.np, 1));
@@ -634,6 +655,10 @@ int main(int argc, char** argv) {
 #endif
 #ifdef TUTTI_BENCH_HAVE_MPI
       case transport_kind::mpi: return run_mpi(o);
+#endif
+#ifdef TUTTI_BENCH_HAVE_CUDA
+      case transport_kind::cuda_ipc:
+      case transport_kind::nccl: return run_cuda(o);
 #endif
       default: return 2;
     }
