@@ -719,8 +719,20 @@ class cuda_ipc {
       aligned = aligned && (r.in.raw % 16 == 0) && (r.out.raw % 16 == 0);
     }
     const dv::plan pl = make(v);
-    // Vectors where every rank's buffers allow them (the same answer on every rank).
-    const bool vec = aligned && dv::per_vector<T> > 1;
+    // 16-byte vectors where every pointer of this rank's reductions allows them. The two-shot's
+    // blocks start on 16 bytes, so there it is the buffers' own alignment, the same answer on
+    // every rank (its barriers pair blocks that must cut the elements alike).
+    auto at16 = [](const void* q) { return reinterpret_cast<std::uintptr_t>(q) % 16 == 0; };
+    bool vec = aligned && dv::per_vector<T> > 1;
+    for (int ph = 0; ph < pl.phases; ++ph) {
+      const dv::step& st = pl.phase[static_cast<std::size_t>(ph)];
+      if (st.k == dv::step::kind::reduce) {
+        vec = vec && at16(st.dst);
+        for (int q = 0; q < st.nsrc; ++q) vec = vec && at16(st.src[static_cast<std::size_t>(q)]);
+      } else if (pl.phases == 2) {
+        for (const dv::segment& c : st.copies) vec = vec && at16(c.dst) && at16(c.src);
+      }
+    }
 
     // 3. The kernels.
     dv::barrier_args ba;

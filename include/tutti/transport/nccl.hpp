@@ -118,6 +118,7 @@ struct nccl_world {
   int max_blocks = 1;
   std::chrono::milliseconds timeout{300000};
   std::string call_name = "tutti::nccl";
+  std::optional<device_check> checked;  ///< the allocations met so far, on this rank's device
 
   nccl_world() = default;
   nccl_world(const nccl_world&) = delete;
@@ -253,6 +254,7 @@ TUTTI_COLD inline std::shared_ptr<nccl_world> make_nccl_world(control ctl, int d
   w->settle(c, r, "ncclCommInitRankConfig", wc);
   w->own = stream_handle::create();
   w->last_end = event_handle::create(false);
+  w->checked.emplace(device);
   return w;
 }
 
@@ -373,17 +375,21 @@ class nccl {
   // ---- messages: ncclSend / ncclRecv on the stream ----------------------------------------
 
   void send(int peer, const header& h, const std::byte* data, const wait_context& wc) {
+    (*w_->checked)(data, h.bytes, "tutti::nccl send", "the data sent");
     if (h.fp.coll == collective::send_recv) w_->ctl.send(peer, header{h.fp, 0}, nullptr, wc);  // the pair agrees
     auto& w = *w_;
     w.settle(w.comm, w.lib->send(data, h.bytes, detail::nccl_abi::uint8, peer, w.comm, w.stream()), "ncclSend", wc);
   }
   void recv(int peer, const header& h, std::byte* data, const wait_context& wc) {
+    (*w_->checked)(data, h.bytes, "tutti::nccl recv", "the data received");
     if (h.fp.coll == collective::send_recv) w_->ctl.recv(peer, header{h.fp, 0}, nullptr, wc);
     auto& w = *w_;
     w.settle(w.comm, w.lib->recv(data, h.bytes, detail::nccl_abi::uint8, peer, w.comm, w.stream()), "ncclRecv", wc);
   }
   void sendrecv(int to, const header& hs, const std::byte* sdata, int from, const header& hr, std::byte* rdata,
                 const wait_context& wc) {
+    (*w_->checked)(sdata, hs.bytes, "tutti::nccl send", "the data sent");
+    (*w_->checked)(rdata, hr.bytes, "tutti::nccl recv", "the data received");
     if (hs.fp.coll == collective::send_recv)
       w_->ctl.sendrecv(to, header{hs.fp, 0}, nullptr, from, header{hr.fp, 0}, nullptr, wc);
     auto& w = *w_;
@@ -428,6 +434,7 @@ class nccl {
     g->settle(child, detail::nccl_abi::in_progress, "ncclCommSplit (the new communicator)", wc);
     g->own = detail::device::stream_handle::create();
     g->last_end = detail::device::event_handle::create(false);
+    g->checked.emplace(g->dev->device);
     nccl t;
     t.w_ = std::move(g);
     return t;
@@ -454,6 +461,7 @@ class nccl {
   template <class T>
   void native_broadcast(T* buf, std::size_t n, int root, const fingerprint& fp, const wait_context& wc, bool) {
     named(fp);
+    on_device(buf, n * sizeof(T), nullptr, 0);
     auto& w = *w_;
     w.settle(w.comm, w.lib->broadcast(buf, buf, n * sizeof(T), detail::nccl_abi::uint8, root, w.comm, w.stream()),
              "ncclBroadcast", wc);
@@ -463,6 +471,7 @@ class nccl {
   void native_reduce(const T* in, T* out, std::size_t n, int root, const Op&, const fingerprint& fp, const wait_context& wc,
                      bool) {
     named(fp);
+    on_device(in, n * sizeof(T), out, rank() == root ? n * sizeof(T) : 0);
     auto& w = *w_;
     w.settle(w.comm, w.lib->reduce(in, out, n, type<T>(), detail::device::nccl_op<Op>(), root, w.comm, w.stream()),
              "ncclReduce", wc);
@@ -472,6 +481,7 @@ class nccl {
   void native_all_reduce(const T* in, T* out, std::size_t n, const Op&, const fingerprint& fp, const wait_context& wc,
                          bool) {
     named(fp);
+    on_device(in, n * sizeof(T), out, n * sizeof(T));
     auto& w = *w_;
     w.settle(w.comm, w.lib->all_reduce(in, out, n, type<T>(), detail::device::nccl_op<Op>(), w.comm, w.stream()),
              "ncclAllReduce", wc);
@@ -479,6 +489,7 @@ class nccl {
   template <class T>
   void native_gather(const T* in, T* out, std::size_t n, int root, const fingerprint& fp, const wait_context& wc, bool) {
     named(fp);
+    on_device(in, n * sizeof(T), out, rank() == root ? n * sizeof(T) * static_cast<std::size_t>(size()) : 0);
     auto& w = *w_;
     const std::size_t bytes = n * sizeof(T);
     if (w.lib->gather) {
@@ -499,6 +510,7 @@ class nccl {
   template <class T>
   void native_all_gather(const T* in, T* out, std::size_t n, const fingerprint& fp, const wait_context& wc, bool) {
     named(fp);
+    on_device(in, n * sizeof(T), out, n * sizeof(T) * static_cast<std::size_t>(size()));
     auto& w = *w_;
     w.settle(w.comm, w.lib->all_gather(in, out, n * sizeof(T), detail::nccl_abi::uint8, w.comm, w.stream()),
              "ncclAllGather", wc);
@@ -506,6 +518,7 @@ class nccl {
   template <class T>
   void native_scatter(const T* in, T* out, std::size_t n, int root, const fingerprint& fp, const wait_context& wc, bool) {
     named(fp);
+    on_device(rank() == root ? in : nullptr, n * sizeof(T) * static_cast<std::size_t>(size()), out, n * sizeof(T));
     auto& w = *w_;
     const std::size_t bytes = n * sizeof(T);
     if (w.lib->scatter) {
@@ -526,6 +539,7 @@ class nccl {
   template <class T>
   void native_all_to_all(const T* in, T* out, std::size_t block, const fingerprint& fp, const wait_context& wc, bool) {
     named(fp);
+    on_device(in, block * sizeof(T) * static_cast<std::size_t>(size()), out, block * sizeof(T) * static_cast<std::size_t>(size()));
     auto& w = *w_;
     const std::size_t bytes = block * sizeof(T);
     if (w.lib->all_to_all) {
@@ -548,6 +562,7 @@ class nccl {
   void native_reduce_scatter(const T* in, T* out, std::size_t n, const Op&, const fingerprint& fp, const wait_context& wc,
                              bool) {
     named(fp);
+    on_device(in, n * sizeof(T) * static_cast<std::size_t>(size()), out, n * sizeof(T));
     auto& w = *w_;
     w.settle(w.comm, w.lib->reduce_scatter(in, out, n, type<T>(), detail::device::nccl_op<Op>(), w.comm, w.stream()),
              "ncclReduceScatter", wc);
@@ -562,6 +577,7 @@ class nccl {
   template <class T>
   void native_all_gather_v(const T* in, T* out, const block_counts& b, const fingerprint& fp, const wait_context& wc, bool) {
     named(fp);
+    on_device(in, b.count(rank()) * sizeof(T), out, b.total * sizeof(T));
     auto& w = *w_;
     const auto me = rank();
     copy(byte_ptr(out) + b.offset(me) * sizeof(T), byte_ptr(in), b.count(me) * sizeof(T));
@@ -579,6 +595,7 @@ class nccl {
   void native_gather_v(const T* in, std::size_t in_count, T* out, const block_counts& b, int root, const fingerprint& fp,
                        const wait_context& wc, bool) {
     named(fp);
+    on_device(in, in_count * sizeof(T), out, rank() == root ? b.total * sizeof(T) : 0);
     auto& w = *w_;
     const bool at_root = rank() == root;
     if (at_root) copy(byte_ptr(out) + b.offset(root) * sizeof(T), byte_ptr(in), in_count * sizeof(T));
@@ -595,6 +612,7 @@ class nccl {
   void native_scatter_v(const T* in, const block_counts& b, T* out, std::size_t out_count, int root, const fingerprint& fp,
                         const wait_context& wc, bool) {
     named(fp);
+    on_device(rank() == root ? in : nullptr, b.total * sizeof(T), out, out_count * sizeof(T));
     auto& w = *w_;
     const bool at_root = rank() == root;
     if (at_root) copy(byte_ptr(out), byte_ptr(in) + b.offset(root) * sizeof(T), out_count * sizeof(T));
@@ -611,6 +629,7 @@ class nccl {
   void native_all_to_all_v(const T* in, const block_counts& send, T* out, const block_counts& recv, const fingerprint& fp,
                            const wait_context& wc, bool) {
     named(fp);
+    on_device(in, send.total * sizeof(T), out, recv.total * sizeof(T));
     auto& w = *w_;
     const auto me = rank();
     copy(byte_ptr(out) + recv.offset(me) * sizeof(T), byte_ptr(in) + send.offset(me) * sizeof(T), recv.count(me) * sizeof(T));
@@ -633,6 +652,7 @@ class nccl {
   void native_reduce_scatter_v(const T* in, T* out, const block_counts& b, const Op&, const fingerprint& fp,
                                const wait_context& wc, bool) {
     named(fp);
+    on_device(in, b.total * sizeof(T), out, b.count(rank()) * sizeof(T));
     auto& w = *w_;
     grouped(wc, "reduce_scatter_v (ncclReduce)", [&] {
       for (int q = 0; q < size(); ++q)
@@ -651,6 +671,12 @@ class nccl {
   void named(const fingerprint& fp) {
     w_->call_name = std::string(collective_name(fp.coll)) + "(native) on rank " + std::to_string(w_->rank) +
                     " of tutti::nccl (NCCL " + w_->lib->version_text() + ")";
+  }
+  /// The call's buffers lie on this rank's device (checked once per allocation): NCCL would
+  /// fault or hang on another's.
+  void on_device(const void* in, std::size_t in_bytes, const void* out, std::size_t out_bytes) {
+    (*w_->checked)(in, in_bytes, w_->call_name.c_str(), "in");
+    (*w_->checked)(out, out_bytes, w_->call_name.c_str(), "out");
   }
   /// An NCCL call inside a group: in progress is expected (the group's end settles it).
   void check(detail::nccl_abi::result_t r, const char* what) {

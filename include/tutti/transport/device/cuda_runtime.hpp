@@ -197,6 +197,33 @@ TUTTI_COLD inline allocation_info allocation_of(const void* p, std::string_view 
   return a;
 }
 
+/// The allocations already found to lie on a rank's device: a buffer is checked when its
+/// allocation is first met (one driver call), afterwards by a range lookup.
+class device_check {
+ public:
+  explicit device_check(int device) : device_(device) {}
+  /// `usage_error` unless [p, p + bytes) is device memory of this rank's device, in one allocation.
+  void operator()(const void* p, std::size_t bytes, const char* who, const char* what) {
+    if (p == nullptr || bytes == 0) return;
+    const auto a = reinterpret_cast<std::uintptr_t>(p);
+    for (const auto& k : known_)
+      if (k.first <= a && a + bytes <= k.second) return;
+    const std::string name = std::string(who) + ": " + what;
+    const allocation_info info = allocation_of(p, name);
+    if (info.device != device_)
+      throw usage_error(name + " lies on CUDA device " + std::to_string(info.device) + ", but this rank uses device " +
+                        std::to_string(device_));
+    if (a + bytes > info.base + info.size)
+      throw usage_error(name + ": " + std::to_string(bytes) + " bytes from its start run past the end of its allocation (" +
+                        std::to_string(info.base + info.size - a) + " bytes left)");
+    known_.emplace_back(info.base, info.base + info.size);
+  }
+
+ private:
+  int device_;
+  std::vector<std::pair<std::uintptr_t, std::uintptr_t>> known_;
+};
+
 /// Completion events, reused: a request for the work enqueued on a stream so far records one,
 /// and returns it when the request completes.
 class event_pool {

@@ -231,8 +231,9 @@ __device__ inline void reduce_range(T* dst, const sources<T>& s, std::size_t cou
   }
 }
 
-/// The copies of one phase (a plan step's), at most `max_copies` of them per launch.
-inline constexpr int max_copies = 2 * max_ranks;
+/// The copies of one phase (a plan step's), at most `max_copies` of them per launch (a plan has
+/// at most one per rank; a kernel's parameters stay under the classic 4 KiB).
+inline constexpr int max_copies = max_ranks;
 struct copy_list {
   segment seg[max_copies];
   int n;
