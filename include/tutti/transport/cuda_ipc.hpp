@@ -79,6 +79,7 @@
 #include "tutti/transport/device/ipc_buffers.hpp"
 #include "tutti/transport/device/kernels.cuh"
 #include "tutti/transport/device/plans.hpp"
+#include "tutti/transport/device/stream_work.cuh"
 #include "tutti/transport/inproc.hpp"
 #include "tutti/transport/shm.hpp"
 #include "tutti/transport/toolkit/errors.hpp"
@@ -101,14 +102,9 @@ struct ipc_world {
   bool same_process = false;
   bool flags = false;            ///< barriers in kernels (else events and the host)
   int flag_blocks = 1;           ///< the grid of every kernel with barriers (agreed)
-  int max_blocks = 1;            ///< the grid cap of kernels without barriers (this device)
   std::size_t one_shot_bytes = std::size_t{256} << 10;
   std::size_t stage_bytes = 0;
-  stream_handle own;
-  cudaStream_t bound = nullptr;  ///< the current call's stream
-  cudaStream_t last = nullptr;   ///< the previous call's stream
-  bool have_last = false;
-  event_handle last_end;         ///< recorded where the previous call ended
+  std::optional<stream_work> work;  ///< the streams, the scratch, the memory seam
   std::byte* sync_mem = nullptr;                  ///< flags, then the staging buffer (cudaMalloc)
   std::vector<unsigned long long*> flags_of;      ///< every rank's flags, as reached here
   std::vector<const std::byte*> stage_of;         ///< every rank's staging buffer
@@ -123,8 +119,6 @@ struct ipc_world {
   std::vector<event_handle> peer_send_ready, peer_recv_done;  ///< theirs for me, per peer
   std::optional<ipc_buffers> bufs;
   std::uint64_t calls = 0;
-  std::array<std::byte*, 4> scratch{};
-  std::array<std::size_t, 4> scratch_bytes{};
   std::string call_name = "cuda_ipc";
 
   ipc_world() = default;
@@ -133,8 +127,7 @@ struct ipc_world {
   ~ipc_world() {
     cudaSetDevice(dev ? dev->device : 0);
     cudaDeviceSynchronize();  // nothing of this group may still run when its memory goes
-    for (std::byte* s : scratch)
-      if (s) cudaFree(s);
+    work.reset();
     bufs.reset();
     if (sync_mem) cudaFree(sync_mem);
     if (report) cudaFreeHost(report);
@@ -142,7 +135,7 @@ struct ipc_world {
     cudaGetLastError();
   }
 
-  cudaStream_t stream() const noexcept { return bound ? bound : own.get(); }
+  cudaStream_t stream() const noexcept { return work->stream(); }
   void activate() const { cuda_check(cudaSetDevice(dev->device), "cudaSetDevice"); }
 };
 
@@ -205,7 +198,6 @@ TUTTI_COLD inline std::shared_ptr<ipc_world> make_ipc_world(control ctl, int dev
   // Kernels with barriers: every rank's whole grid resident at once (one block per
   // multiprocessor, shared among the ranks of a device), and at most 64 blocks (the flags).
   w->flag_blocks = std::clamp(min_per_rank_sms, 1, 64);
-  w->max_blocks = std::max(1, prop.multiProcessorCount * 2);
   if (w->same_process) {  // threads on different devices read each other's memory directly
     for (const info& i : all) {
       if (i.device == device) continue;
@@ -235,8 +227,7 @@ TUTTI_COLD inline std::shared_ptr<ipc_world> make_ipc_world(control ctl, int dev
              "cudaHostAlloc (cuda_ipc's abort word)");
   *w->abort_word = 0;
   cuda_check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&w->abort_dev), w->abort_word, 0), "cudaHostGetDevicePointer");
-  w->own = stream_handle::create();
-  w->last_end = event_handle::create(false);
+  w->work.emplace("tutti::cuda_ipc", prop.multiProcessorCount * 2);
   w->bufs.emplace(device, w->same_process);
   cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 
@@ -362,7 +353,6 @@ class cuda_ipc {
       throw error(errc::aborted, "tutti::cuda_ipc on rank " + std::to_string(w.rank) +
                                      ": unusable after an earlier failure of its device work: " + f);
     w.activate();
-    w.bound = s ? *s : w.own.get();
     if (s && w.flags && w.same_process && (*s == nullptr || *s == cudaStreamLegacy))
       throw usage_error("tutti::cuda_ipc with ranks as threads: each rank needs a stream of its own; the legacy "
                         "default stream, which every thread shares, would run the ranks' kernels one after another "
@@ -375,15 +365,12 @@ class cuda_ipc {
         throw usage_error("tutti::cuda_ipc: a call cannot be captured into a CUDA graph (its ranks agree on the host "
                           "before every call, which a graph's replay would skip); use tutti::nccl in graphs");
     }
-    // A call on another stream than the previous one starts after it: the flags, the staging
-    // buffer and the scratch are reused from call to call.
-    if (w.have_last && w.last != w.bound)
-      detail::device::cuda_check(cudaStreamWaitEvent(w.bound, w.last_end.get(), 0), "cudaStreamWaitEvent");
+    w.work->bind(s);
   }
 
   std::shared_ptr<detail::operation_state> completion(const wait_context& wc) {
     auto& w = *w_;
-    finish_call();
+    w.work->ended();
     auto world = w_;
     return detail::device::stream_completion(w.dev, w.stream(), wc, w.call_name, [world] {
       return late_text(*world);
@@ -392,39 +379,17 @@ class cuda_ipc {
 
   // ---- the memory seam ------------------------------------------------------------------
 
-  void copy(std::byte* dst, const std::byte* src, std::size_t n) {
-    if (n)
-      detail::device::cuda_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, w_->stream()),
-                                 "cudaMemcpyAsync");
-  }
+  void copy(std::byte* dst, const std::byte* src, std::size_t n) { w_->work->copy(dst, src, n); }
   template <class T, class Op>
   void combine(T* out, const T* a, const T* b, std::size_t n, const Op& op) {
-    if (n == 0) return;
-    detail::device::combine_kernel<T, Op><<<grid(n), detail::device::kernel_threads, 0, w_->stream()>>>(out, a, b, n, op);
-    launched("combine");
+    w_->work->combine(out, a, b, n, op);
   }
   template <class T>
   void divide(T* data, std::size_t n, int divisor) {
-    if (n == 0) return;
-    detail::device::divide_kernel<T><<<grid(n), detail::device::kernel_threads, 0, w_->stream()>>>(data, n, divisor);
-    launched("divide");
+    w_->work->divide(data, n, divisor);
   }
   /// Device scratch for tutti's schedules (slots 0-3), kept between calls.
-  std::byte* scratch(int slot, std::size_t bytes) {
-    auto& w = *w_;
-    const auto i = static_cast<std::size_t>(slot);
-    if (bytes > w.scratch_bytes[i]) {
-      if (w.scratch[i]) {
-        detail::device::cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // nothing uses it any more
-        cudaFree(w.scratch[i]);
-        w.scratch[i] = nullptr;
-      }
-      const std::size_t n = std::max(bytes, w.scratch_bytes[i] * 2);
-      detail::device::cuda_check(cudaMalloc(&w.scratch[i], n), "cudaMalloc (scratch)");
-      w.scratch_bytes[i] = n;
-    }
-    return w.scratch[i];
-  }
+  std::byte* scratch(int slot, std::size_t bytes) { return w_->work->scratch(slot, bytes); }
 
   // ---- messages (send, recv, and tutti's schedules over them) -----------------------------
 
@@ -623,15 +588,6 @@ class cuda_ipc {
     }
   }
 
-  unsigned grid(std::size_t units) const noexcept {
-    const std::size_t per = detail::device::kernel_threads;
-    return static_cast<unsigned>(std::clamp<std::size_t>((units + per - 1) / per, 1, static_cast<std::size_t>(w_->max_blocks)));
-  }
-  void launched(const char* what) const {
-    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
-      detail::device::cuda_fail(e, std::string("tutti::cuda_ipc: launching its ") + what + " kernel");
-  }
-
   /// The text of a request that is late: a barrier a block gave up on, naming the peer.
   static std::string late_text(const detail::device::ipc_world& w) {
     for (int b = 0; b < 64; ++b) {
@@ -644,14 +600,6 @@ class cuda_ipc {
              "every rank's kernel at once)";
     }
     return {};
-  }
-
-  /// Marks the end of a call on its stream (the next call, on another stream, waits for it).
-  void finish_call() {
-    auto& w = *w_;
-    detail::device::cuda_check(cudaEventRecord(w.last_end.get(), w.stream()), "cudaEventRecord");
-    w.last = w.stream();
-    w.have_last = true;
   }
 
   /// The host-side synchronisation of the events mode: every rank has recorded `mine` on its
@@ -760,7 +708,7 @@ class cuda_ipc {
       } else {
         dv::copy_phase_kernel<true><<<g, threads, 0, s>>>(copies_of(pl.phase[0], what), ba);
       }
-      launched(collective_name(fp.coll).data());
+      w.work->launched(collective_name(fp.coll).data());
       return;
     }
     // Events: every peer's input is ready before this rank reads it; between the phases every
@@ -774,9 +722,9 @@ class cuda_ipc {
       if (st.empty()) continue;
       if (st.k == dv::step::kind::reduce) {
         const std::size_t units = vec ? st.count / dv::per_vector<T> + 1 : st.count;
-        dv::reduce_phase_kernel<T, Op, false><<<grid(units), threads, 0, s>>>(reinterpret_cast<T*>(st.dst), sources_of<T>(st),
+        dv::reduce_phase_kernel<T, Op, false><<<w.work->grid(units), threads, 0, s>>>(reinterpret_cast<T*>(st.dst), sources_of<T>(st),
                                                                               st.count, op, vec, ba);
-        launched(collective_name(fp.coll).data());
+        w.work->launched(collective_name(fp.coll).data());
       } else {
         for (std::size_t i = 0; i < st.copies.size(); i += dv::max_copies) {
           dv::copy_list c{};
@@ -786,8 +734,8 @@ class cuda_ipc {
             c.seg[k] = st.copies[i + static_cast<std::size_t>(k)];
             most = std::max(most, c.seg[k].bytes);
           }
-          dv::copy_phase_kernel<false><<<grid(most / 16 + 1), threads, 0, s>>>(c, ba);
-          launched(collective_name(fp.coll).data());
+          dv::copy_phase_kernel<false><<<w.work->grid(most / 16 + 1), threads, 0, s>>>(c, ba);
+          w.work->launched(collective_name(fp.coll).data());
         }
       }
     }

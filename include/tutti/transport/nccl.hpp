@@ -68,6 +68,7 @@
 #include "tutti/transport/device/cuda_runtime.hpp"
 #include "tutti/transport/device/kernels.cuh"
 #include "tutti/transport/device/nccl_library.hpp"
+#include "tutti/transport/device/stream_work.cuh"
 #include "tutti/transport/shm.hpp"
 
 namespace tutti {
@@ -108,14 +109,7 @@ struct nccl_world {
   std::shared_ptr<device_state> dev;
   nccl_abi::comm_t comm = nullptr;
   bool broken = false;
-  stream_handle own;
-  cudaStream_t bound = nullptr;
-  cudaStream_t last = nullptr;
-  bool have_last = false;
-  event_handle last_end;
-  std::array<std::byte*, 4> scratch{};
-  std::array<std::size_t, 4> scratch_bytes{};
-  int max_blocks = 1;
+  std::optional<stream_work> work;  ///< the streams, the scratch, the memory seam
   std::chrono::milliseconds timeout{300000};
   std::string call_name = "tutti::nccl";
   std::optional<device_check> checked;  ///< the allocations met so far, on this rank's device
@@ -141,12 +135,11 @@ struct nccl_world {
       else lib->comm_abort(comm);
     }
     cudaDeviceSynchronize();
-    for (std::byte* s : scratch)
-      if (s) cudaFree(s);
+    work.reset();
     cudaGetLastError();
   }
 
-  cudaStream_t stream() const noexcept { return bound ? bound : own.get(); }
+  cudaStream_t stream() const noexcept { return work->stream(); }
   void activate() const { cuda_check(cudaSetDevice(dev->device), "cudaSetDevice"); }
 
   /// The NCCL failure `r` of `what`: `peer_lost` for NCCL's remote error (a peer's process or
@@ -223,7 +216,6 @@ TUTTI_COLD inline std::shared_ptr<nccl_world> make_nccl_world(control ctl, int d
   // Which device each rank uses: NCCL before 2.30 refuses two ranks on one.
   cudaDeviceProp prop{};
   cuda_check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
-  w->max_blocks = std::max(1, prop.multiProcessorCount * 2);
   std::vector<std::array<char, 16>> uuids(static_cast<std::size_t>(w->size));
   std::array<char, 16> mine{};
   std::memcpy(mine.data(), &prop.uuid, 16);
@@ -252,8 +244,7 @@ TUTTI_COLD inline std::shared_ptr<nccl_world> make_nccl_world(control ctl, int d
   }
   w->comm = c;
   w->settle(c, r, "ncclCommInitRankConfig", wc);
-  w->own = stream_handle::create();
-  w->last_end = event_handle::create(false);
+  w->work.emplace("tutti::nccl", prop.multiProcessorCount * 2);
   w->checked.emplace(device);
   return w;
 }
@@ -317,60 +308,27 @@ class nccl {
     }
     if (w.broken || !w.comm) throw error(errc::aborted, w.call_name + ": the NCCL communicator was aborted");
     w.activate();
-    w.bound = s ? *s : w.own.get();
-    if (w.have_last && w.last != w.bound) {
-      cudaStreamCaptureStatus c = cudaStreamCaptureStatusNone;
-      detail::device::cuda_check(cudaStreamIsCapturing(w.bound, &c), "cudaStreamIsCapturing");
-      if (c == cudaStreamCaptureStatusNone)
-        detail::device::cuda_check(cudaStreamWaitEvent(w.bound, w.last_end.get(), 0), "cudaStreamWaitEvent");
-    }
+    w.work->bind(s);
   }
 
   std::shared_ptr<detail::operation_state> completion(const wait_context& wc) {
     auto& w = *w_;
-    cudaStreamCaptureStatus c = cudaStreamCaptureStatusNone;
-    detail::device::cuda_check(cudaStreamIsCapturing(w.stream(), &c), "cudaStreamIsCapturing");
-    if (c == cudaStreamCaptureStatusNone) {
-      detail::device::cuda_check(cudaEventRecord(w.last_end.get(), w.stream()), "cudaEventRecord");
-      w.last = w.stream();
-      w.have_last = true;
-    }
+    w.work->ended();
     return detail::device::stream_completion(w.dev, w.stream(), wc, w.call_name, nullptr);
   }
 
   // ---- the memory seam ------------------------------------------------------------------
 
-  void copy(std::byte* dst, const std::byte* src, std::size_t n) {
-    if (n)
-      detail::device::cuda_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, w_->stream()), "cudaMemcpyAsync");
-  }
+  void copy(std::byte* dst, const std::byte* src, std::size_t n) { w_->work->copy(dst, src, n); }
   template <class T, class Op>
   void combine(T* out, const T* a, const T* b, std::size_t n, const Op& op) {
-    if (n == 0) return;
-    detail::device::combine_kernel<T, Op><<<grid(n), detail::device::kernel_threads, 0, w_->stream()>>>(out, a, b, n, op);
-    launched("combine");
+    w_->work->combine(out, a, b, n, op);
   }
   template <class T>
   void divide(T* data, std::size_t n, int divisor) {
-    if (n == 0) return;
-    detail::device::divide_kernel<T><<<grid(n), detail::device::kernel_threads, 0, w_->stream()>>>(data, n, divisor);
-    launched("divide");
+    w_->work->divide(data, n, divisor);
   }
-  std::byte* scratch(int slot, std::size_t bytes) {
-    auto& w = *w_;
-    const auto i = static_cast<std::size_t>(slot);
-    if (bytes > w.scratch_bytes[i]) {
-      if (w.scratch[i]) {
-        detail::device::cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-        cudaFree(w.scratch[i]);
-        w.scratch[i] = nullptr;
-      }
-      const std::size_t n = std::max(bytes, w.scratch_bytes[i] * 2);
-      detail::device::cuda_check(cudaMalloc(&w.scratch[i], n), "cudaMalloc (scratch)");
-      w.scratch_bytes[i] = n;
-    }
-    return w.scratch[i];
-  }
+  std::byte* scratch(int slot, std::size_t bytes) { return w_->work->scratch(slot, bytes); }
 
   // ---- messages: ncclSend / ncclRecv on the stream ----------------------------------------
 
@@ -428,12 +386,10 @@ class nccl {
     g->timeout = w.timeout;
     g->dev = std::make_shared<detail::device::device_state>();
     g->dev->device = w.dev->device;
-    g->max_blocks = w.max_blocks;
     g->call_name = "tutti::nccl (NCCL " + w.lib->version_text() + ") on rank " + std::to_string(g->rank) + " of a group";
     g->comm = child;
     g->settle(child, detail::nccl_abi::in_progress, "ncclCommSplit (the new communicator)", wc);
-    g->own = detail::device::stream_handle::create();
-    g->last_end = detail::device::event_handle::create(false);
+    g->work.emplace("tutti::nccl", w.work->max_blocks());
     g->checked.emplace(g->dev->device);
     nccl t;
     t.w_ = std::move(g);
@@ -694,14 +650,6 @@ class nccl {
       throw;
     }
     w.settle(w.comm, w.lib->group_end(), what, wc);
-  }
-  unsigned grid(std::size_t n) const noexcept {
-    const std::size_t per = detail::device::kernel_threads;
-    return static_cast<unsigned>(std::clamp<std::size_t>((n + per - 1) / per, 1, static_cast<std::size_t>(w_->max_blocks)));
-  }
-  void launched(const char* what) const {
-    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
-      detail::device::cuda_fail(e, std::string("tutti::nccl: launching its ") + what + " kernel");
   }
 
   std::shared_ptr<detail::device::nccl_world> w_;
