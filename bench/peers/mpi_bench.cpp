@@ -1,24 +1,44 @@
-// The Open MPI peer of tutti-bench: every collective through MPI's C API, algorithm "native"
-// (whatever Open MPI's tuned component picks), with peer_bench.hpp's sizes, timing, check and CSV.
+// The MPI peers of tutti-bench: every collective through MPI's C API, algorithm "native"
+// (whatever the MPI library's own selection picks), with peer_bench.hpp's sizes, timing, check
+// and CSV. One source, two programs: tutti_peer_mpi_bench built against the MPI that FindMPI
+// finds (Open MPI on Debian), tutti_peer_mpich_bench against MPICH (Debian's mpicxx.mpich); the
+// CSV's library column is "openmpi" or "mpich", from the mpi.h it was compiled with.
 //   mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl self,vader -np 3 tutti_peer_mpi_bench
 //          --collective all -b 8 -e 1M -c 1 --csv mpi.csv
-// Transport column: --transport, else from the btl list mpirun passes down (OMPI_MCA_btl): tcp
-// when it names tcp and not vader, shm otherwise (vader, Open MPI's shared-memory btl, is its
-// default between ranks of one node).
+//   mpiexec.mpich -n 3 tutti_peer_mpich_bench --collective all -b 8 -e 1M -c 1 --csv mpich.csv
+// Transport column: --transport, else a guess from the environment: Open MPI: tcp when the btl
+// list mpirun passes down (OMPI_MCA_btl) names tcp and not vader, shm otherwise (vader, Open MPI's
+// shared-memory btl, is its default between ranks of one node); MPICH (ch4:ucx on Debian): tcp
+// when MPIR_CVAR_NOLOCAL=1 and UCX_TLS names tcp (bench/compare.sh's tcp settings), else shm.
 // Placements: all native. Broadcast has one buffer in MPI: "out of place" is the root's memcpy
 // into the output followed by MPI_Bcast on it, what an MPI user does. MPI_IN_PLACE leaves
 // reduce_scatter's result at the front of the buffer (peer_bench.hpp follows it).
 #include <mpi.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <string>
 
 #include "peer_bench.hpp"
 
 namespace {
 
 using tutti_peers::collective;
+
+#if defined(MPICH_VERSION)
+constexpr const char* library_name = "mpich";
+constexpr const char* program = "tutti_peer_mpich_bench";
+#else
+constexpr const char* library_name = "openmpi";
+constexpr const char* program = "tutti_peer_mpi_bench";
+#endif
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v ? v : fallback;
+}
 
 template <class T>
 MPI_Datatype mpi_type() {
@@ -52,7 +72,7 @@ class mpi_backend {
 
   mpi_backend(int rank, std::string transport) : rank_(rank), transport_(std::move(transport)) {}
 
-  const char* library() const { return "openmpi"; }
+  const char* library() const { return library_name; }
   const char* transport() const { return transport_.c_str(); }
   std::vector<std::string> algorithms(collective) const { return {"native"}; }
   bool in_place(collective, const std::string&) const { return true; }
@@ -117,9 +137,25 @@ class mpi_backend {
 };
 
 std::string guess_transport() {
-  const char* btl = std::getenv("OMPI_MCA_btl");
-  const std::string b = btl ? btl : "";
+#if defined(MPICH_VERSION)
+  const std::string tls = env_or("UCX_TLS", "");
+  return env_or("MPIR_CVAR_NOLOCAL", "0") == "1" && tls.find("tcp") != std::string::npos ? "tcp" : "shm";
+#else
+  const std::string b = env_or("OMPI_MCA_btl", "");
   return b.find("tcp") != std::string::npos && b.find("vader") == std::string::npos ? "tcp" : "shm";
+#endif
+}
+
+/// What decides the path between ranks, for the header line.
+std::string path_settings() {
+#if defined(MPICH_VERSION)
+  std::string s;
+  for (const char* v : {"MPIR_CVAR_NOLOCAL", "UCX_TLS", "UCX_NET_DEVICES", "UCX_TCP_NODELAY", "MPIR_CVAR_REDUCE_DEVICE_COLLECTIVE"})
+    if (std::getenv(v)) s += std::string(s.empty() ? "" : " ") + v + "=" + std::getenv(v);
+  return s.empty() ? "as shipped (no MPIR_CVAR_/UCX_ settings)" : s;
+#else
+  return "btl " + env_or("OMPI_MCA_btl", "(default)");
+#endif
 }
 
 }  // namespace
@@ -133,7 +169,8 @@ int main(int argc, char** argv) {
   int rc = 0;
   try {
     const auto o = tutti_peers::parse(argc, argv);
-    if (o.algo != "all" && o.algo != "native") throw tutti_peers::usage_error("--algo: Open MPI has only native, got '" + o.algo + "'");
+    if (o.algo != "all" && o.algo != "native")
+      throw tutti_peers::usage_error(std::string("--algo: ") + library_name + " has only native, got '" + o.algo + "'");
     mpi_backend b(rank, o.transport.empty() ? guess_transport() : o.transport);
     if (rank == 0) {
       char version[MPI_MAX_LIBRARY_VERSION_STRING];
@@ -141,14 +178,14 @@ int main(int argc, char** argv) {
       MPI_Get_library_version(version, &len);
       std::string v(version, static_cast<std::size_t>(len));
       std::fprintf(o.csv == "-" ? stderr : stdout, "# %s", v.substr(0, v.find('\n')).c_str());
-      std::fprintf(o.csv == "-" ? stderr : stdout, ", btl %s\n", std::getenv("OMPI_MCA_btl") ? std::getenv("OMPI_MCA_btl") : "(default)");
+      std::fprintf(o.csv == "-" ? stderr : stdout, ", %s\n", path_settings().c_str());
     }
     tutti_peers::run_all(o, rank, size, b);
   } catch (const tutti_peers::usage_error& e) {
-    if (rank == 0) std::fprintf(stderr, "tutti_peer_mpi_bench: %s\n", e.what());
+    if (rank == 0) std::fprintf(stderr, "%s: %s\n", program, e.what());
     rc = 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "tutti_peer_mpi_bench: rank %d: %s\n", rank, e.what());
+    std::fprintf(stderr, "%s: rank %d: %s\n", program, rank, e.what());
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   MPI_Finalize();

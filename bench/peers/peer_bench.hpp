@@ -5,9 +5,14 @@
 // Flags (the subset of tutti-bench's that a peer can honour):
 //   -b MIN -e MAX (bytes, suffixes K M G = 2^10 2^20 2^30)  -f FACTOR  -n ITERS  -w WARMUP
 //   -c 0|1 (verify)  -d float|double|int32|int64  -o sum|prod|min|max  -r ROOT
-//   --collective NAME|all  --csv FILE|-  (-: the CSV on stdout, the table on stderr)
+//   --collective NAME[,NAME...]|all  --csv FILE|-  (-: the CSV on stdout, the table on stderr)
 //   -a / --algo NAME|all (the library's algorithms for the collective; MPI has one, native)
+//   --skip-algo NAME[,NAME...] (with --algo all: leave these out; bench/compare.sh names one
+//     that stalled past --peer-limit in an earlier round)
 //   --transport LABEL (the CSV's transport column; the program infers it when it can)
+//   --placement both|out|in|tutti (default both: each size out of place, then in place; tutti: the
+//     placement tutti-bench has, in place for broadcast and reduce, out of place for the others;
+//     bench/compare.sh and compare_netns.sh ask for the one they compare, halving a sweep's time)
 //
 // Sizes, as nccl-tests defines them (its doc/PERFORMANCE.md and the *GetCollByteCount functions):
 // `bytes` is the largest buffer one rank passes, `count` the elements of one rank's piece:
@@ -32,6 +37,8 @@
 // mean per call. With -c 1 the inputs are refilled and one more call is checked on every rank:
 // #wrong = the wrong elements summed over ranks (-1 in the CSV when not checked; 0 for barrier,
 // which has no elements). Inputs are small integers, so every op is exact in every dtype.
+// Rank 0 ends its table with "# done" once every figure is written, before the library's own
+// shutdown (bench/compare.sh stops a peer that hangs after it).
 #pragma once
 
 #include <algorithm>
@@ -79,8 +86,17 @@ struct options {
   std::vector<collective> collectives{collective::all_reduce};
   std::string csv;         // "": none; "-": stdout
   std::string algo = "all";
+  std::vector<std::string> skip_algos;  // --skip-algo
   std::string transport;   // "": the backend's guess
+  std::string placement = "both";  // --placement: both, out, in, tutti
 };
+
+/// Whether the sweep measures collective c out of place (in_place false) or in place.
+inline bool measures(const options& o, collective c, bool in_place) {
+  if (o.placement == "both") return true;
+  if (o.placement == "tutti") return in_place == (c == collective::broadcast || c == collective::reduce);
+  return in_place == (o.placement == "in");
+}
 
 inline std::size_t parse_bytes(const std::string& flag, const std::string& v) {
   char* end = nullptr;
@@ -126,21 +142,38 @@ inline options parse(int argc, char** argv) {
         throw usage_error("-o: expected sum, prod, min or max, got '" + v + "'" +
                           (v == "avg" ? " (neither Open MPI nor Gloo has an average)" : ""));
       o.op = static_cast<reduce_op>(it - op_names.begin());
-    } else if (k == "--collective") {
+    } else if (k == "--collective") {  // a name, a comma-separated list of names, or all
       o.collectives.clear();
-      if (v == "all") {
-        for (int c = 0; c < 9; ++c) o.collectives.push_back(static_cast<collective>(c));
-      } else {
-        auto it = std::find(collective_names.begin(), collective_names.end(), v);
+      std::size_t from = 0;
+      while (from <= v.size()) {
+        const std::size_t comma = std::min(v.find(',', from), v.size());
+        const std::string one = v.substr(from, comma - from);
+        from = comma + 1;
+        if (one == "all") {
+          for (int c = 0; c < 9; ++c) o.collectives.push_back(static_cast<collective>(c));
+          continue;
+        }
+        auto it = std::find(collective_names.begin(), collective_names.end(), one);
         if (it == collective_names.end())
           throw usage_error("--collective: expected broadcast, reduce, all_reduce, gather, all_gather, scatter, "
-                            "all_to_all, reduce_scatter, barrier or all, got '" + v + "'");
+                            "all_to_all, reduce_scatter, barrier, a comma-separated list of them, or all, got '" + v + "'");
         o.collectives.push_back(static_cast<collective>(it - collective_names.begin()));
       }
     } else if (k == "--csv") o.csv = v;
     else if (k == "-a" || k == "--algo") o.algo = v;
+    else if (k == "--skip-algo") {
+      for (std::size_t from = 0; from <= v.size();) {
+        const std::size_t comma = std::min(v.find(',', from), v.size());
+        o.skip_algos.push_back(v.substr(from, comma - from));
+        from = comma + 1;
+      }
+    }
     else if (k == "--transport") o.transport = v;
-    else throw usage_error("unknown flag '" + k + "'");
+    else if (k == "--placement") {
+      if (v != "both" && v != "out" && v != "in" && v != "tutti")
+        throw usage_error("--placement: expected both, out, in or tutti, got '" + v + "'");
+      o.placement = v;
+    } else throw usage_error("unknown flag '" + k + "'");
   }
   if (o.min_bytes > o.max_bytes)
     throw usage_error("-b " + std::to_string(o.min_bytes) + " is larger than -e " + std::to_string(o.max_bytes));
@@ -250,6 +283,12 @@ class sweep {
         return;
       }
       algos = {o_.algo};
+    }
+    for (const auto& skip : o_.skip_algos) {
+      const auto it = std::find(algos.begin(), algos.end(), skip);
+      if (it == algos.end()) continue;
+      algos.erase(it);
+      if (rank_ == 0) std::fprintf(table_, "# %s %s (%s): left out (--skip-algo)\n", b_.library(), std::string(name(c)).c_str(), skip.c_str());
     }
     if (rooted(c) && o_.root >= np_) throw usage_error("-r " + std::to_string(o_.root) + ": there are only " + std::to_string(np_) + " ranks");
     const int root = rooted(c) ? o_.root : -1;
@@ -404,8 +443,9 @@ class sweep {
   }
 
   void row(collective c, const std::string& algo, int root, const shape& s) {
-    const result oop = measure(c, algo, root, s, false);
-    const result ip = c == collective::barrier ? result{} : measure(c, algo, root, s, true);
+    // barrier has one form, reported as out of place
+    const result oop = c == collective::barrier || measures(o_, c, false) ? measure(c, algo, root, s, false) : result{};
+    const result ip = c == collective::barrier || !measures(o_, c, true) ? result{} : measure(c, algo, root, s, true);
     if (rank_ != 0) return;
     auto algbw = [&](double us) { return us > 0 ? static_cast<double>(s.bytes) / (us * 1e-6) / 1e9 : 0.0; };
     auto cols = [&](const result& r) {
@@ -463,6 +503,12 @@ void run_all(const options& o, int rank, int np, Backend& b) {
   else if (o.dtype == "int32") each(std::int32_t{});
   else each(std::int64_t{});
   if (csv && csv != stdout) std::fclose(csv);
+  // the last line before the library's own shutdown (MPI_Finalize can hang over UCX tcp): a
+  // script that sees it knows every figure is written
+  if (rank == 0) {
+    std::fputs("# done\n", table);
+    std::fflush(table);
+  }
 }
 
 }  // namespace tutti_peers
