@@ -10,7 +10,10 @@
 # about 13 for each further one.
 #
 #   bench/results.sh [--build DIR] [--transports "shm tcp"] [--np "2 4"] [--collectives "..."]
-#                    [--rounds 3] [--out DIR (default bench/results)] [-b 16 -e 64M -f 4 -n 10 -w 3]
+#                    [--rounds 3] [--out DIR (default bench/results)]
+#                    [-b 16 -e 64M -f 4 -n 0 -w 5 --time-per-size 0.05]
+# -n 0: each library times as many calls per size as fill --time-per-size seconds at the pace of
+# its warm-up (at least 5, at most 20000): a 16 B call of 1 us is timed 20000 times, not 10.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -18,7 +21,7 @@ build=$here/../build
 transports="shm tcp" nps="2 4"
 all_collectives="broadcast reduce all_reduce gather all_gather scatter all_to_all reduce_scatter barrier"
 collectives=$all_collectives
-sweep=(-b 16 -e 64M -f 4 -n 10 -w 3)
+sweep=(-b 16 -e 64M -f 4 -n 0 -w 5 --time-per-size 0.05)
 custom_sweep=()
 rounds=3
 out=$here/results
@@ -31,7 +34,7 @@ while (($#)); do
     --collectives) collectives=$2 ;;
     --rounds) rounds=$2 ;;
     --out) out=$2 ;;
-    -b | -e | -f | -n | -w) custom_sweep+=("$1" "$2") ;;
+    -b | -e | -f | -n | -w | --time-per-size) custom_sweep+=("$1" "$2") ;;
     *) echo "results.sh: unknown flag $1" >&2; exit 2 ;;
   esac
   shift 2

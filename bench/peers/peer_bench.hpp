@@ -53,6 +53,8 @@
 #include <string_view>
 #include <vector>
 
+#include "../allreduce_sweep.hpp"  // iterations_measured: the calibrated iteration rule tutti-bench uses
+
 namespace tutti_peers {
 
 /// A bad flag: the program prints it and exits 2.
@@ -78,7 +80,8 @@ inline bool rooted(collective c) {
 struct options {
   std::size_t min_bytes = 8, max_bytes = std::size_t{64} << 20;
   std::size_t factor = 2;
-  int iters = 20, warmup = 5;
+  int iters = 20, warmup = 5;   // -n 0: calibrated, as tutti-bench's -n 0 (--time-per-size)
+  double seconds_per_size = 0.25;
   bool check = true;
   std::string dtype = "float";
   reduce_op op = reduce_op::sum;
@@ -126,7 +129,13 @@ inline options parse(int argc, char** argv) {
     if (k == "-b") o.min_bytes = parse_bytes(k, v);
     else if (k == "-e") o.max_bytes = parse_bytes(k, v);
     else if (k == "-f") o.factor = static_cast<std::size_t>(parse_int(k, v, 2));
-    else if (k == "-n") o.iters = parse_int(k, v, 1);
+    else if (k == "-n") o.iters = parse_int(k, v, 0);
+    else if (k == "--time-per-size") {
+      char* end = nullptr;
+      o.seconds_per_size = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end || !(o.seconds_per_size > 0) || o.seconds_per_size > 3600)
+        throw usage_error("--time-per-size: expected seconds, like 0.05, got '" + v + "'");
+    }
     else if (k == "-w") o.warmup = parse_int(k, v, 0);
     else if (k == "-c") o.check = parse_int(k, v, 0) != 0;
     else if (k == "-r") o.root = parse_int(k, v, 0);
@@ -319,9 +328,11 @@ class sweep {
   const char* op_name(collective c) const { return reduces(c) ? op_names[static_cast<int>(o_.op)].data() : "none"; }
 
   void header(collective c, const std::string& algo, int root) {
-    std::fprintf(table_, "# %s %s (%s), transport %s, %d ranks, %s, op %s, root %d, %d iterations after %d warm-up\n",
+    const std::string iterations = o_.iters ? std::to_string(o_.iters) + " iterations"
+                                            : "iterations for " + std::to_string(o_.seconds_per_size) + " s per size";
+    std::fprintf(table_, "# %s %s (%s), transport %s, %d ranks, %s, op %s, root %d, %s after %d warm-up\n",
                  b_.library(), std::string(name(c)).c_str(), algo.c_str(), b_.transport(), np_, o_.dtype.c_str(),
-                 op_name(c), root, o_.iters, o_.warmup);
+                 op_name(c), root, iterations.c_str(), o_.warmup);
     std::fprintf(table_, "#%11s %12s %6s %6s %5s   %10s %8s %8s %6s   %10s %8s %8s %6s\n", "", "", "", "", "",
                  "out-of-place", "", "", "", "in-place", "", "", "");
     std::fprintf(table_, "#%11s %12s %6s %6s %5s   %10s %8s %8s %6s   %10s %8s %8s %6s\n", "size", "count", "type",
@@ -422,12 +433,22 @@ class sweep {
       fill(c, s, in);
     };
     prepare();
-    for (int i = 0; i < o_.warmup; ++i) b_.run(algo, k);
+    int iters = o_.iters;
+    if (iters == 0) {  // calibrated from the warm-up's pace, as tutti-bench's -n 0
+      b_.run(algo, k);  // the first call may set things up: not timed
+      const int w = std::max(o_.warmup, 1);
+      const auto w0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < w; ++i) b_.run(algo, k);
+      const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - w0).count() / w;
+      iters = tutti_bench::iterations_measured(b_.max_of(us), o_.seconds_per_size);
+    } else {
+      for (int i = 0; i < o_.warmup; ++i) b_.run(algo, k);
+    }
     b_.barrier();
     const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < o_.iters; ++i) b_.run(algo, k);
+    for (int i = 0; i < iters; ++i) b_.run(algo, k);
     const auto t1 = std::chrono::steady_clock::now();
-    res.us = b_.max_of(std::chrono::duration<double, std::micro>(t1 - t0).count() / o_.iters);
+    res.us = b_.max_of(std::chrono::duration<double, std::micro>(t1 - t0).count() / iters);
     res.ran = true;
     if (c == collective::barrier) {
       res.wrong = 0;
