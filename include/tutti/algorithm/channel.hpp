@@ -20,6 +20,7 @@
 #include "tutti/core/counts.hpp"
 #include "tutti/core/fingerprint.hpp"
 #include "tutti/core/view.hpp"
+#include "tutti/detail/background_copy.hpp"
 #include "tutti/detail/buffer.hpp"
 #include "tutti/transport/capabilities.hpp"
 #include "tutti/transport/memory_ops.hpp"
@@ -119,6 +120,23 @@ class channel {
   void copy(view<T, memory> from, view<T, memory> to) {
     copy(view<const T, memory>(from), to);
   }
+
+  /// Starts `copy(from, to)` beside what the caller does next (on host memory, from
+  /// `overlap_copy_bytes`, on a thread of its own: a rank's own block moves while its peers'
+  /// move through the transport); it is done once the returned handle is waited for or gone.
+  /// Smaller copies, and device memory, are copied at once.
+  template <class T>
+  [[nodiscard]] detail::background_copy copy_beside(view<const T, memory> from, view<T, memory> to) {
+    if constexpr (!own_memory<Transport>) {
+      if (from.size_bytes() >= overlap_copy_bytes && static_cast<const void*>(from.data()) != to.data())
+        return detail::background_copy(to.data(), from.data(), from.size_bytes());
+    }
+    copy(from, to);
+    return {};
+  }
+  /// copy_beside moves copies of at least this many bytes to a thread (below it the thread's
+  /// start costs more than the overlap saves).
+  static constexpr std::size_t overlap_copy_bytes = std::size_t{4} << 20;
 
   /// out[i] = op(a[i], b[i]) for i < out.size(); `out` may be `a` or `b`.
   template <class T, class Op>

@@ -64,7 +64,7 @@ struct direct {
   void gather(Ch& ch, view<const T, M> in, view<T, M> out, int root) const {
     const int p = ch.size(), r = ch.rank();
     if (r != root) return ch.send(root, in);
-    ch.copy(in, block(out, r, in.size()));
+    auto own = ch.copy_beside(in, block(out, r, in.size()));  // while the others' blocks arrive
     for (int i = 1; i < p; ++i) {
       const int from = schedule::mod(root + i, p);
       ch.recv(from, block(out, from, in.size()));
@@ -75,17 +75,17 @@ struct direct {
   void scatter(Ch& ch, view<const T, M> in, view<T, M> out, int root) const {
     const int p = ch.size(), r = ch.rank();
     if (r != root) return ch.recv(root, out);
+    auto own = ch.copy_beside(block(in, r, out.size()), out);  // while the others' blocks leave
     for (int i = 1; i < p; ++i) {
       const int to = schedule::mod(root + i, p);
       ch.send(to, block(in, to, out.size()));
     }
-    ch.copy(block(in, r, out.size()), out);
   }
 
   template <class Ch, class T, class M>
   void all_gather(Ch& ch, view<const T, M> in, view<T, M> out) const {
     const int p = ch.size(), r = ch.rank();
-    ch.copy(in, block(out, r, in.size()));
+    auto own = ch.copy_beside(in, block(out, r, in.size()));
     for (int s = 1; s < p; ++s)
       ch.sendrecv(schedule::mod(r + s, p), in, schedule::mod(r - s, p),
                   block(out, schedule::mod(r - s, p), in.size()));
@@ -95,7 +95,7 @@ struct direct {
   void all_to_all(Ch& ch, view<const T, M> in, view<T, M> out) const {
     const int p = ch.size(), r = ch.rank();
     const std::size_t blk = in.size() / static_cast<std::size_t>(p);
-    ch.copy(block(in, r, blk), block(out, r, blk));
+    auto own = ch.copy_beside(block(in, r, blk), block(out, r, blk));
     for (int s = 1; s < p; ++s) {
       const int to = schedule::mod(r + s, p), from = schedule::mod(r - s, p);
       ch.sendrecv(to, block(in, to, blk), from, block(out, from, blk));
