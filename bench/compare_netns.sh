@@ -13,9 +13,11 @@
 #
 #   bench/compare_netns.sh [--build DIR] [--rates "2gbit 10gbit"] [--hosts "2 3"] [--rounds 3]
 #       [--collectives "broadcast ... barrier"] [--algos automatic|all|"ring tree ..."]
-#       [--peers "openmpi mpich gloo"] [--limit SECONDS] [-b 16 -e 64M -f 2048 -n 5 -w 2]
-#       [--out DIR]
-# (the sweep visits 16 B, 32 KiB and 64 MiB; the tables show 16 B and 64 MiB, the CSVs all three)
+#       [--peers "openmpi mpich gloo"] [--limit SECONDS]
+#       [-b 16 -e 64M -f 2048 -n 0 -w 2 --time-per-size 0.05] [--out DIR]
+# (the sweep visits 16 B, 32 KiB and 64 MiB; the tables show 16 B and 64 MiB, the CSVs all three;
+# -n 0: every library times as many calls per size as fill --time-per-size seconds at its
+# warm-up's pace, at least 5: thousands at 16 B, 5 at 64 MiB, as compare.sh does)
 #
 # How each library reaches the other hosts (addresses 10.79.0.1-3 on interface tnet0, host a runs
 # rank 0 and every launcher):
@@ -50,7 +52,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 build=$here/../build rates="2gbit 10gbit" host_counts="2 3" rounds=3 limit=600 out=$here/out
 collectives="broadcast reduce all_reduce gather all_gather scatter all_to_all reduce_scatter barrier"
 algos=automatic peers="openmpi mpich gloo"
-declare -A flag=([-b]=16 [-e]=64M [-f]=2048 [-n]=5 [-w]=2)
+declare -A flag=([-b]=16 [-e]=64M [-f]=2048 [-n]=0 [-w]=2 [--time-per-size]=0.05)
 [[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 while (($#)); do
   (($# >= 2)) || { echo "compare_netns.sh: $1 needs a value" >&2; exit 2; }
@@ -64,12 +66,13 @@ while (($#)); do
     --peers) peers=$2 ;;
     --limit) limit=$2 ;;
     --out) out=$2 ;;
-    -b | -e | -f | -n | -w) flag[$1]=$2 ;;
+    -b | -e | -f | -n | -w | --time-per-size) flag[$1]=$2 ;;
     *) echo "compare_netns.sh: unknown flag $1" >&2; exit 2 ;;
   esac
   shift 2
 done
-sweep=(-b "${flag[-b]}" -e "${flag[-e]}" -f "${flag[-f]}" -n "${flag[-n]}" -w "${flag[-w]}")
+sweep=(-b "${flag[-b]}" -e "${flag[-e]}" -f "${flag[-f]}" -n "${flag[-n]}" -w "${flag[-w]}"
+       --time-per-size "${flag[--time-per-size]}")
 [[ $algos == all ]] && algos="automatic ring tree recursive_doubling direct"
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "compare_netns.sh: --rounds: a positive integer (got '$rounds')" >&2; exit 2; }
 for h in $host_counts; do
