@@ -123,7 +123,7 @@ class channel {
 
   /// Starts `copy(from, to)` beside what the caller does next (on host memory, from
   /// `overlap_copy_bytes`, on a thread of its own: a rank's own block moves while its peers'
-  /// move through the transport); it is done once the returned handle is waited for or gone.
+  /// move through the transport); it is done once the returned handle is gone.
   /// Smaller copies, and device memory, are copied at once.
   template <class T>
   [[nodiscard]] detail::background_copy copy_beside(view<const T, memory> from, view<T, memory> to) {

@@ -12,8 +12,9 @@
 
 namespace tutti::detail {
 
-/// Copies `n` bytes from `src` to `dst` on a thread of its own; `wait()` (or the destructor)
-/// joins it. Where no thread can be had, the copy is done at once.
+/// Copies `n` bytes from `src` to `dst` on a thread of its own, joined when the copy handle is
+/// gone. Where no thread can be had, the copy is done at once. Neither copied nor moved: it is
+/// made where it is kept (`auto own = ch.copy_beside(...)`).
 class background_copy {
  public:
   background_copy() = default;
@@ -24,15 +25,9 @@ class background_copy {
       std::memcpy(dst, src, n);
     }
   }
-  background_copy(background_copy&&) noexcept = default;
-  background_copy& operator=(background_copy&& o) noexcept {
-    wait();
-    t_ = std::move(o.t_);
-    return *this;
-  }
-  ~background_copy() { wait(); }
-  /// Returns once the copy is done.
-  void wait() noexcept {
+  background_copy(const background_copy&) = delete;
+  background_copy& operator=(const background_copy&) = delete;
+  ~background_copy() {
     if (t_.joinable()) t_.join();
   }
 
