@@ -230,9 +230,11 @@ TEST_CASE("tcp: a peer that fails or exits is peer_lost naming it") {
         t.fail("rank 0 gave up");
         return;
       }
-      std::vector<std::byte> buf(std::size_t{64} << 20);  // far more than the socket buffers hold
+      // Far more than the socket buffers hold; sent again until the notice arrives, since rank 0's
+      // transport may take in a whole message before its fail() (64 MiB over loopback: ~30 ms).
+      std::vector<std::byte> buf(std::size_t{64} << 20);
       try {
-        t.send(0, make_header(buf.size()), buf.data(), wait_context{10s, "ring"});
+        for (int i = 0; i < 200; ++i) t.send(0, make_header(buf.size()), buf.data(), wait_context{10s, "ring"});
         FAIL("no error");
       } catch (const peer_lost& e) {
         CHECK(has(e.what(), "rank 0 failed while rank 1 was sending to it: rank 0 gave up"));
