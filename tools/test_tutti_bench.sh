@@ -32,10 +32,15 @@ run)
   colls=all_reduce
   args=" $* "
   if [[ $args =~ \ --collective\ ([a-z_,]+)\  ]]; then colls=${BASH_REMATCH[1]}; fi
-  [[ $colls == all ]] && colls=broadcast,reduce,all_reduce,gather,all_gather,scatter,all_to_all,reduce_scatter,barrier,all_gather_v,gather_v,scatter_v,all_to_all_v,reduce_scatter_v
+  # The table, as tutti-bench derives it: name, size column (np blocks or 1), placements.
+  "$bench" --list-collectives > "$tmp/table" || fail "tutti-bench --list-collectives exited $?"
+  [[ $colls == all ]] && colls=$(awk '{ printf "%s%s", NR > 1 ? "," : "", $1 }' "$tmp/table")
   skipped=$(sed -n 's/^tutti-bench: \([a-z_]*\): skipped, .*/\1/p' "$tmp/stderr" | tr '\n' ' ')
-  awk -F, -v np="$np" -v colls="$colls" -v skipped="$skipped" '
-    NR == 1 { next }
+  awk -F, -v np="$np" -v colls="$colls" -v skipped="$skipped" -v table="$tmp/table" '
+    BEGIN {
+      while ((getline line < table) > 0) { split(line, f, " "); blocks_of[f[1]] = f[2]; places[f[1]] = f[3] }
+    }
+    FNR == 1 { next }
     {
       rows[$2 "," $11]++
       if ($1 != "tutti") { print "library " $1; bad = 1 }
@@ -44,15 +49,13 @@ run)
       if ($12 + 0 <= 0) { print "no time: " $0; bad = 1 }
       # the size column: count elements, times np for the per-rank-block collectives
       w = ($6 == "double" || $6 == "int64") ? 8 : ($6 == "int32" || $6 == "float") ? 4 : ($6 == "uint8") ? 1 : 2
-      blocks = ($2 == "broadcast" || $2 == "reduce" || $2 == "all_reduce") ? 1 : np
+      if (!($2 in blocks_of)) { print "collective " $2 " is not in the table"; bad = 1 }
+      blocks = blocks_of[$2] == "np" ? np : 1
       # (a v-collective: the sum of the counts, which every --counts pattern keeps at np blocks)
       if ($2 != "barrier" && $9 != $10 * w * blocks) { print "bytes " $9 " != count " $10 " x " w " x " blocks; bad = 1 }
     }
     END {
       n = split(colls, c, ",")
-      split("broadcast:1 reduce:1 all_reduce:01 gather:01 all_gather:01 scatter:01 all_to_all:0 reduce_scatter:0 barrier:0 " \
-            "all_gather_v:01 gather_v:01 scatter_v:01 all_to_all_v:0 reduce_scatter_v:0", p, " ")
-      for (i in p) { split(p[i], kv, ":"); places[kv[1]] = kv[2] }
       for (i = 1; i <= n; i++) {
         if (index(" " skipped, " " c[i] " ")) continue
         for (k = 0; k <= 1; k++) {
@@ -89,6 +92,7 @@ bad_flags)
     "--frobnicate|unknown flag --frobnicate"
     "--osu=1|--osu takes no value"
     "--tune --algo ring|--tune measures every algorithm itself"
+    "--tune --transport mpi|--tune measures every algorithm itself over a transport with rows in the tuned table (inproc, shm, tcp), not --transport mpi"
   )
   for c in "${cases[@]}"; do
     flags=${c%%|*} want=${c#*|}

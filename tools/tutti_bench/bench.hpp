@@ -1,9 +1,12 @@
 // tutti-bench: the options, the rank-0 report, and the measuring loop shared by every transport.
-// One translation unit per transport (over_*.cpp) instantiates `run_on` for its communicator, so
-// the templates are compiled once per transport and in parallel; main.cpp parses the command line,
-// launches the ranks and writes the report.
+// One translation unit per transport (over_*.cpp) registers it (`registrar`) and instantiates
+// `run_on` for its communicator, so the templates are compiled once per transport and in
+// parallel; main.cpp parses the command line, launches the ranks and writes the report. The
+// collectives measured, their buffers and their checked results come from the collective table
+// (tutti/testing/calls.hpp): a new row is measured without a line here.
 #pragma once
 
+#include <tutti/testing/calls.hpp>
 #include <tutti/tutti.hpp>
 
 #include <algorithm>
@@ -22,13 +25,43 @@ namespace tutti_bench {
 
 enum class dtype_kind { f32, f64, i32, i64, u8, f16, bf16 };
 enum class op_kind { sum, prod, min, max, avg };
-enum class transport_kind { shm, tcp, inproc, mpi, cuda_ipc, cuda_ipc_threads, nccl };
-/// Whether a transport runs on device memory (over_cuda.cu: all_reduce only, its own table).
-inline bool device_transport(transport_kind t) {
-  return t == transport_kind::cuda_ipc || t == transport_kind::cuda_ipc_threads || t == transport_kind::nccl;
-}
 /// How the v-collectives' counts are spread over the ranks (--counts).
 enum class counts_pattern { uniform, linear, one_heavy };
+
+struct options;
+
+/// A transport tutti-bench measures: each over_<name>.cpp registers its own (a `registrar` of
+/// static storage), and the build adds that file where the transport can be had
+/// (tools/CMakeLists.txt): a new transport is that file and its line there.
+struct transport_entry {
+  std::string_view name;
+  std::string_view alias;        ///< another name it answers to (or empty)
+  std::string_view description;  ///< for --help
+  enum class ranks_are { threads, processes, mpi_processes } ranks;
+  bool device = false;           ///< device buffers: all_reduce only (over_cuda.cu)
+  std::string_view tuning_kind;  ///< its rows of the tuned table (--tune; empty: not tuned)
+  /// Joins the job (or starts the threads), runs, returns the exit status (1: a result was wrong).
+  int (*run)(const options&) = nullptr;
+  /// Whether candidate `algo` of automatic has a schedule for `c` there (null: device transports).
+  bool (*supports)(std::size_t algo, tutti::collective c) = nullptr;
+};
+/// Every transport of this build, by name (registration order across files is unspecified).
+std::vector<const transport_entry*>& transports();
+/// The transport called `name` (or its alias), if built.
+const transport_entry* transport_named(std::string_view name);
+struct registrar {
+  explicit registrar(const transport_entry& e) {
+    auto& all = transports();
+    auto at = all.begin();
+    while (at != all.end() && (*at)->name < e.name) ++at;
+    all.insert(at, &e);
+  }
+};
+/// automatic's support table of `Transport`, as a transport_entry's `supports`.
+template <class Transport>
+bool supports_of(std::size_t algo, tutti::collective c) {
+  return tutti::algo::automatic::support<Transport>[algo][static_cast<std::size_t>(c)];
+}
 
 /// Everything the command line sets; identical on every rank (each parses the same argv).
 struct options {
@@ -41,7 +74,7 @@ struct options {
   op_kind op = op_kind::sum;
   int root = 0;
   std::vector<tutti::collective> collectives{tutti::collective::all_reduce};
-  transport_kind transport = transport_kind::shm;
+  const transport_entry* transport = nullptr;  // --transport (default shm)
   std::string algo = "automatic";  // automatic or a candidate of automatic (automatic::names)
   counts_pattern counts = counts_pattern::uniform;
   int np = 0;                      // --np; 0: not given
@@ -54,11 +87,21 @@ struct options {
 
 const char* dtype_name(dtype_kind d);
 const char* op_name(op_kind o);
-const char* transport_name(transport_kind t);
+inline std::string transport_name(const transport_entry* t) { return t ? std::string(t->name) : std::string("?"); }
 /// Whether `--algo` has a schedule for `c` on the chosen transport (automatic always has), and
 /// whether it has one for any collective there.
 bool algo_supports(const options& o, tutti::collective c);
 bool algo_runs_any(const options& o);
+/// Why collective c cannot be measured with these options ("": it can): the algorithm has no
+/// schedule for it, or -o avg on a collective that reduces in rank order (the scans).
+std::string skip_reason(const options& o, tutti::collective c);
+/// Whether collective C's size column holds a block per rank (its count column one block).
+template <tutti::collective C>
+constexpr bool blocks_column() {
+  constexpr tutti::collective_info row = tutti::info(C);
+  return row.layout.in == tutti::extent::blocks || row.layout.out == tutti::extent::blocks ||
+         row.counts == tutti::counts_kind::per_rank;
+}
 
 /// One placement of one size: the slowest rank's mean time per call (time_us), the fastest's
 /// and the mean over ranks (for --osu), and the wrong elements summed over ranks (-1: unchecked).
@@ -231,19 +274,24 @@ class runner {
     const auto sizes = sweep_sizes(o_);
     int steps = 0, step = 0;
     for (auto c : o_.collectives)
-      if (algo_supports(o_, c)) steps += c == tutti::collective::barrier ? 1 : static_cast<int>(sizes.size());
+      if (skip_reason(o_, c).empty()) steps += tutti::info(c).counts == tutti::counts_kind::none ? 1 : static_cast<int>(sizes.size());
     for (auto c : o_.collectives) {
-      if (!algo_supports(o_, c)) {  // only with --collective all: main rejects a single one
-        if (rep_)
-          rep_->note(std::string(tutti::collective_name(c)) + ": skipped, algorithm " + o_.algo + " has no " +
-                     std::string(tutti::collective_name(c)) + " schedule");
+      if (const auto why = skip_reason(o_, c); !why.empty()) {  // only with --collective all: main rejects a single one
+        if (rep_) rep_->note(std::string(tutti::collective_name(c)) + ": skipped, " + why);
         continue;
       }
       if (rep_) rep_->begin(c);
-      if (c == tutti::collective::barrier) {
+      if (tutti::info(c).counts == tutti::counts_kind::none) {  // no data (barrier): one row
         if (rep_) rep_->progress(c, 0, ++step, steps);
         size_result res{c, 0, 0, -1, false, {}, {}};
-        res.out_of_place = measure([] {}, [&] { c_.barrier(); }, [] { return 0LL; });
+        auto call = [&] {
+          tutti::with_collective(c, [&](auto k) {
+            constexpr tutti::collective C = decltype(k)::value;
+            if constexpr (tutti::info(C).counts == tutti::counts_kind::none)
+              c_.template call<C>(tutti::call_desc<char, typename Comm::memory>{});
+          });
+        };
+        res.out_of_place = measure([] {}, call, [] { return 0LL; });
         add(res, wrong);
       } else {
         with_dtype(o_.dtype, [&](auto tag) {
@@ -268,193 +316,57 @@ class runner {
 
   template <class T>
   size_result one_size(tutti::collective c, std::size_t bytes) {
-    using tutti::collective;
-    using tutti::view;
-    const std::size_t n = static_cast<std::size_t>(n_), me = static_cast<std::size_t>(r_);
-    const bool reduction = tutti::info(c).reduces;
-    const bool rooted = tutti::info(c).rooted;
-    const int root = o_.root;
-    // nccl-tests' sizes: broadcast, reduce and all_reduce take the whole buffer; the others a
-    // block per rank, the size column being the whole (n blocks).
-    const bool whole = c == collective::broadcast || c == collective::reduce || c == collective::all_reduce;
-    const std::size_t count = whole ? bytes / sizeof(T) : bytes / (sizeof(T) * n);
-    const std::size_t total = whole ? count : count * n;
-    size_result res{c, total * sizeof(T), count, rooted ? root : -1, reduction, {}, {}};
-    a_.reserve(total * sizeof(T));
-    b_.reserve(total * sizeof(T));
-    T* a = reinterpret_cast<T*>(a_.data());
-    T* b = reinterpret_cast<T*>(b_.data());
-    auto in = [&](long long who, std::size_t i) { return to<T>(input_value<T>(o_.op, reduction, who, i)); };
-    auto fill = [&](T* p, std::size_t k, T v) { std::fill(p, p + k, v); };
-    auto count_wrong = [&](const T* p, std::size_t k, auto expect) {
-      long long w = 0;
-      for (std::size_t i = 0; i < k; ++i) w += !same(p[i], static_cast<T>(expect(i)));
-      return w;
-    };
-    std::vector<T> red;  // the expected reduction, element by element
-    if (reduction && o_.check) {
-      red.resize(total);
-      for (std::size_t i = 0; i < total; ++i) red[i] = reduced_value<T>(o_.op, n_, i);
-    }
-    const std::size_t blk = count;
+    return tutti::with_collective(c, [&](auto k) { return one_size_of<decltype(k)::value, T>(bytes); });
+  }
 
-    switch (c) {
-      case collective::all_reduce:
-        with_op(o_.op, [&](auto op) {
-          res.out_of_place = measure([&] { for (std::size_t i = 0; i < count; ++i) a[i] = in(r_, i);
-                                           fill(b, count, sentinel<T>()); },
-                                     [&] { c_.all_reduce(view<const T>(a, count), view<T>(b, count), op); },
-                                     [&] { return count_wrong(b, count, [&](std::size_t i) { return red[i]; }); });
-          res.in_place = measure([&] { for (std::size_t i = 0; i < count; ++i) b[i] = in(r_, i); },
-                                 [&] { c_.all_reduce(view<T>(b, count), op); },
-                                 [&] { return count_wrong(b, count, [&](std::size_t i) { return red[i]; }); });
-        });
-        break;
-      case collective::reduce:  // no out-of-place form in tutti
-        with_op(o_.op, [&](auto op) {
-          res.in_place = measure([&] { for (std::size_t i = 0; i < count; ++i) b[i] = in(r_, i); },
-                                 [&] { c_.reduce(view<T>(b, count), root, op); },
-                                 [&] {
-                                   // non-roots' buffers are left as they were
-                                   return count_wrong(b, count, [&](std::size_t i) { return r_ == root ? red[i] : in(r_, i); });
-                                 });
-        });
-        break;
-      case collective::reduce_scatter:  // in and out may not overlap: no in-place form
-        with_op(o_.op, [&](auto op) {
-          res.out_of_place = measure([&] { for (std::size_t i = 0; i < total; ++i) a[i] = in(r_, i);
-                                           fill(b, blk, sentinel<T>()); },
-                                     [&] { c_.reduce_scatter(view<const T>(a, total), view<T>(b, blk), op); },
-                                     [&] { return count_wrong(b, blk, [&](std::size_t i) { return red[me * blk + i]; }); });
-        });
-        break;
-      case collective::broadcast:  // in place only
-        res.in_place = measure([&] { for (std::size_t i = 0; i < count; ++i) b[i] = r_ == root ? in(root, i) : sentinel<T>(); },
-                               [&] { c_.broadcast(view<T>(b, count), root); },
-                               [&] { return count_wrong(b, count, [&](std::size_t i) { return in(root, i); }); });
-        break;
-      case collective::gather:
-      case collective::all_gather: {
-        const bool all = c == collective::all_gather;
-        auto call = [&](const T* src) {
-          if (all) c_.all_gather(view<const T>(src, blk), view<T>(b, total));
-          else c_.gather(view<const T>(src, blk), view<T>(b, total), root);
-        };
-        auto verify = [&] {
-          if (!all && r_ != root) return 0LL;
-          return count_wrong(b, total, [&](std::size_t k) { return in(static_cast<long long>(k / blk), k % blk); });
-        };
-        res.out_of_place = measure([&] { for (std::size_t i = 0; i < blk; ++i) a[i] = in(r_, i);
-                                         fill(b, total, sentinel<T>()); },
-                                   [&] { call(a); }, verify);
-        res.in_place = measure([&] { fill(b, total, sentinel<T>());
-                                     for (std::size_t i = 0; i < blk; ++i) b[me * blk + i] = in(r_, i); },
-                               [&] { call(b + me * blk); }, verify);
-        break;
-      }
-      case collective::scatter: {
-        auto fill_in = [&](T* p) {
-          for (std::size_t k = 0; k < total; ++k) p[k] = r_ == root ? in(static_cast<long long>(k / blk), k % blk) : sentinel<T>();
-        };
-        res.out_of_place = measure([&] { fill_in(a); fill(b, blk, sentinel<T>()); },
-                                   [&] { c_.scatter(view<const T>(a, total), view<T>(b, blk), root); },
-                                   [&] { return count_wrong(b, blk, [&](std::size_t i) { return in(r_, i); }); });
-        res.in_place = measure([&] { fill_in(b); },
-                               [&] { c_.scatter(view<const T>(b, total), view<T>(b + me * blk, blk), root); },
-                               [&] { return count_wrong(b + me * blk, blk, [&](std::size_t i) { return in(r_, i); }); });
-        break;
-      }
-      case collective::all_to_all: {  // in and out may not overlap: no in-place form
-        // block j of rank i's input: values of (i, j), so a block in the wrong place shows
-        auto pair = [&](std::size_t from, std::size_t to_rank) { return static_cast<long long>(from * n + to_rank); };
-        res.out_of_place = measure([&] { for (std::size_t k = 0; k < total; ++k) a[k] = in(pair(me, k / blk), k % blk);
-                                         fill(b, total, sentinel<T>()); },
-                                   [&] { c_.all_to_all(view<const T>(a, total), view<T>(b, total)); },
-                                   [&] { return count_wrong(b, total, [&](std::size_t k) { return in(pair(k / blk, me), k % blk); }); });
-        break;
-      }
-      case collective::all_gather_v:
-      case collective::gather_v: {
-        const bool all = c == collective::all_gather_v;
-        const auto counts = counts_for(o_.counts, n_, count);
-        const auto offs = tutti::displacements(counts);
-        const std::size_t mine = counts[me], at = offs[me];
-        auto call = [&](const T* src) {
-          if (all) c_.all_gather_v(view<const T>(src, mine), view<T>(b, total), counts);
-          else c_.gather_v(view<const T>(src, mine), view<T>(b, total), counts, root);
-        };
-        auto verify = [&] {
-          if (!all && r_ != root) return 0LL;
-          long long w = 0;
-          for (int r = 0; r < n_; ++r)
-            for (std::size_t i = 0; i < counts[static_cast<std::size_t>(r)]; ++i)
-              w += !same(b[offs[static_cast<std::size_t>(r)] + i], in(r, i));
-          return w;
-        };
-        res.out_of_place = measure([&] { for (std::size_t i = 0; i < mine; ++i) a[i] = in(r_, i);
-                                         fill(b, total, sentinel<T>()); },
-                                   [&] { call(a); }, verify);
-        res.in_place = measure([&] { fill(b, total, sentinel<T>());
-                                     for (std::size_t i = 0; i < mine; ++i) b[at + i] = in(r_, i); },
-                               [&] { call(b + at); }, verify);
-        break;
-      }
-      case collective::scatter_v: {
-        const auto counts = counts_for(o_.counts, n_, count);
-        const auto offs = tutti::displacements(counts);
-        const std::size_t mine = counts[me], at = offs[me];
-        auto fill_in = [&](T* p) {
-          for (int r = 0; r < n_; ++r)
-            for (std::size_t i = 0; i < counts[static_cast<std::size_t>(r)]; ++i)
-              p[offs[static_cast<std::size_t>(r)] + i] = r_ == root ? in(r, i) : sentinel<T>();
-        };
-        res.out_of_place = measure([&] { fill_in(a); fill(b, mine, sentinel<T>()); },
-                                   [&] { c_.scatter_v(view<const T>(a, total), counts, view<T>(b, mine), root); },
-                                   [&] { return count_wrong(b, mine, [&](std::size_t i) { return in(r_, i); }); });
-        res.in_place = measure([&] { fill_in(b); },
-                               [&] { c_.scatter_v(view<const T>(b, total), counts, view<T>(b + at, mine), root); },
-                               [&] { return count_wrong(b + at, mine, [&](std::size_t i) { return in(r_, i); }); });
-        break;
-      }
-      case collective::all_to_all_v: {  // in and out may not overlap: no in-place form
-        // every rank sends rank j counts[j] elements, so rank me receives counts[me] from each
-        const auto per = counts_for(o_.counts, n_, count);
-        std::vector<std::size_t> send(per), recv(n, per[me]);
-        const auto soff = tutti::displacements(send), roff = tutti::displacements(recv);
-        std::size_t stotal = 0, rtotal = 0;
-        for (auto v : send) stotal += v;
-        for (auto v : recv) rtotal += v;
-        auto pair = [&](std::size_t from, std::size_t to_rank) { return static_cast<long long>(from * n + to_rank); };
-        a_.reserve(std::max(stotal, rtotal) * sizeof(T));
-        b_.reserve(std::max(stotal, rtotal) * sizeof(T));
-        a = reinterpret_cast<T*>(a_.data());
-        b = reinterpret_cast<T*>(b_.data());
-        res.bytes = stotal * sizeof(T);
-        res.out_of_place = measure([&] { for (std::size_t j = 0; j < n; ++j)
-                                           for (std::size_t i = 0; i < send[j]; ++i) a[soff[j] + i] = in(pair(me, j), i);
-                                         fill(b, rtotal, sentinel<T>()); },
-                                   [&] { c_.all_to_all_v(view<const T>(a, stotal), send, view<T>(b, rtotal), recv); },
-                                   [&] {
-                                     long long w = 0;
-                                     for (std::size_t i = 0; i < n; ++i)
-                                       for (std::size_t k = 0; k < recv[i]; ++k) w += !same(b[roff[i] + k], in(pair(i, me), k));
-                                     return w;
-                                   });
-        break;
-      }
-      case collective::reduce_scatter_v:  // in and out may not overlap: no in-place form
-        with_op(o_.op, [&](auto op) {
-          const auto counts = counts_for(o_.counts, n_, count);
-          const auto offs = tutti::displacements(counts);
-          const std::size_t mine = counts[me];
-          res.out_of_place = measure([&] { for (std::size_t i = 0; i < total; ++i) a[i] = in(r_, i);
-                                           fill(b, mine, sentinel<T>()); },
-                                     [&] { c_.reduce_scatter_v(view<const T>(a, total), view<T>(b, mine), counts, op); },
-                                     [&] { return count_wrong(b, mine, [&](std::size_t i) { return red[offs[me] + i]; }); });
-        });
-        break;
-      default: break;
+  /// One size of collective C, from its row: nccl-tests' sizes (the size column is the largest
+  /// buffer: the whole buffer for broadcast, reduce, all_reduce and the scans, all ranks' blocks
+  /// together for the others, whose count column is the per-rank block); out of place where the
+  /// call has that form, in place where it has that one.
+  template <tutti::collective C, class T>
+  size_result one_size_of(std::size_t bytes) {
+    namespace tt = tutti::testing;
+    constexpr tutti::collective_info row = tutti::info(C);
+    const std::size_t n = static_cast<std::size_t>(n_), me = static_cast<std::size_t>(r_);
+    const bool reduction = row.reduces;
+    const int root = o_.root;
+    constexpr bool blocks = blocks_column<C>();
+    const std::size_t count = blocks ? bytes / (sizeof(T) * n) : bytes / sizeof(T);
+    tt::call_shape s = tt::call_shape::any(C, n_, count, root);
+    if constexpr (row.counts == tutti::counts_kind::per_rank) {
+      const auto per = counts_for(o_.counts, n_, count);
+      s = row.where == tutti::counts_at::own_row ? tt::call_shape::same_counts(n_, per) : tt::call_shape::same_counts(n_, per, root);
     }
+    // The size column: the largest buffer; all_to_all_v's, whose ranks' buffers differ, what each sends.
+    const int at = row.rooted ? root : r_;
+    const std::size_t total = row.where == tutti::counts_at::own_row ? tt::in_size<C>(s, at)
+                                                                       : std::max(tt::in_size<C>(s, at), tt::out_size<C>(s, at));
+    size_result res{C, total * sizeof(T), count, row.rooted ? root : -1, reduction, {}, {}};
+    (void)me;
+    auto input = [&](int who, std::size_t i) { return to<T>(input_value<T>(o_.op, reduction, who, i)); };
+    auto measure_op = [&](const auto& op) {
+      for (auto pl : {tt::placement::apart, tt::placement::in_place}) {
+        if (pl == tt::placement::apart ? !tt::has_apart<C> : !tt::has_in_place<C>) continue;
+        tt::call_buffers<T> b;
+        std::vector<T> before;
+        measurement m = measure([&] { b = tt::make_buffers<C, T>(s, r_, pl, input, sentinel<T>());
+                                      before = tt::result_of<C>(s, r_, b, pl); },
+                                [&] { c_.template call<C>(tt::describe<C>(s, r_, b, pl, op)); },
+                                [&] {
+                                  const auto got = tt::result_of<C>(s, r_, b, pl);
+                                  const auto want = tt::expected<C, T>(s, r_, before, input, op);
+                                  long long w = got.size() == want.size() ? 0 : 1;
+                                  for (std::size_t i = 0; i < got.size() && i < want.size(); ++i) w += !same(got[i], want[i]);
+                                  return w;
+                                });
+        (pl == tt::placement::apart ? res.out_of_place : res.in_place) = m;
+      }
+    };
+    if constexpr (row.reduces) with_op(o_.op, [&](auto op) {
+      // (skip_reason keeps -o avg away from the ordered rows; the call would not compile)
+      if constexpr (!(row.ordered && std::is_same_v<decltype(op), tutti::op::avg>)) measure_op(op);
+    });
+    else measure_op(tutti::algo::no_op{});
     return res;
   }
 
@@ -540,21 +452,6 @@ int run_process(const options& o) {
   if (rep) rep->finish();
   return wrong == 0 ? 0 : 1;
 }
-
-// Entry points, one per transport (over_*.cpp). Each joins the job, runs, and returns the process
-// exit status (0; 1 when a result was wrong); supports_* say whether candidate `algo` of
-// automatic has a schedule for `c` on that transport (automatic::support).
-int run_inproc(const options& o);
-/// The device transports (over_cuda.cu, built with CUDA): all_reduce on device buffers beside raw
-/// NCCL and the device's copy rate, measured in the same run.
-int run_cuda(const options& o);
-int run_shm(const options& o);
-int run_tcp(const options& o);
-int run_mpi(const options& o);
-bool supports_inproc(std::size_t algo, tutti::collective c);
-bool supports_shm(std::size_t algo, tutti::collective c);
-bool supports_tcp(std::size_t algo, tutti::collective c);
-bool supports_mpi(std::size_t algo, tutti::collective c);
 
 
 }  // namespace tutti_bench

@@ -45,18 +45,14 @@ all_to_all and reduce_scatter out of place only).
   -d, --datatype T         float, double, int32, int64, uint8, half (float16), bfloat16
   -o, --op OP              sum, prod, min, max, avg (reduce, all_reduce, reduce_scatter(_v))
   -r, --root R             root of broadcast, reduce, gather(_v), scatter(_v) (default 0)
-  --collective C           broadcast, reduce, all_reduce, gather, all_gather, scatter,
-                           all_to_all, reduce_scatter, barrier, all_gather_v, gather_v,
-                           scatter_v, all_to_all_v, reduce_scatter_v, a comma-separated list,
-                           or all
+  --collective C           a collective (listed below), a comma-separated list, or all
   --counts P               the v-collectives' counts: uniform (default: every rank the same
                            block), linear (rank r's block grows with r; the same total), or
                            one-heavy (rank 0 holds the whole total, the others nothing; for
                            all_to_all_v every rank sends everything to rank 0)
-  --transport T            shm (default), tcp, inproc (threads of one process), mpi (when
-                           built with MPI); with CUDA: cuda_ipc (processes), cuda_ipc_threads,
-                           nccl: all_reduce of float, half or bfloat16 sums on device buffers,
-                           beside raw NCCL (nccl) and the bound of the device's copy rate
+  --transport T            one of this build's transports (listed below; shm by default); the
+                           device ones measure all_reduce of float, half or bfloat16 sums on
+                           device buffers, beside raw NCCL and the device's copy-rate bound
   --algo A                 automatic (default), ring, tree, recursive_doubling, direct,
                            shared_memory (shm), native (mpi)
   --np N                   ranks: starts tuttirun --nproc-per-node=N (inproc: N threads);
@@ -76,6 +72,9 @@ all_to_all and reduce_scatter out of place only).
   --reps R                 --tune: repetitions per algorithm; the fastest counts (default 3)
   --out FILE               --tune: the tuned_table.hpp to update (this transport's rows and
                            source are replaced, the others kept); default: rows on stdout
+  --list-collectives       one line per collective: its name, whether its size column is np
+                           blocks of the count column ("np") or one ("1"), and its placements
+                           (0: out of place, 1: in place)
   -h, --help               this text
 
 Time is the slowest rank's mean time per call; busbw = algbw x the nccl-tests factor
@@ -132,31 +131,19 @@ std::optional<tutti::collective> collective_named(std::string_view n) {
   return std::nullopt;
 }
 
-bool transport_built(transport_kind t) {
-#ifndef TUTTI_BENCH_HAVE_TCP
-  if (t == transport_kind::tcp) return false;
-#endif
-#ifndef TUTTI_BENCH_HAVE_MPI
-  if (t == transport_kind::mpi) return false;
-#endif
-#ifndef TUTTI_BENCH_HAVE_CUDA
-  if (device_transport(t)) return false;
-#endif
-  (void)t;
-  return true;
-}
-
 struct parsed {
   options o;
   bool tune = false;
   tune_options t;
   bool collectives_all = false;
   bool help = false;
+  bool list = false;
 };
 
 parsed parse_command_line(int argc, char** argv) {
   parsed p;
   options& o = p.o;
+  o.transport = transport_named("shm");
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i], value;
     bool inline_value = false;
@@ -174,6 +161,7 @@ parsed parse_command_line(int argc, char** argv) {
       if (inline_value) throw usage_error_exit(flag + " takes no value");
     };
     if (flag == "-h" || flag == "--help") no_value(), p.help = true;
+    else if (flag == "--list-collectives") no_value(), p.list = true;
     else if (flag == "-b" || flag == "--minbytes") o.min_bytes = parse_size(flag, next());
     else if (flag == "-e" || flag == "--maxbytes") o.max_bytes = parse_size(flag, next());
     else if (flag == "-f" || flag == "--stepfactor") o.factor = static_cast<std::size_t>(parse_int(flag, next(), 1, 1 << 20));
@@ -248,19 +236,12 @@ parsed parse_command_line(int argc, char** argv) {
       }
     } else if (flag == "--transport") {
       const std::string v = next();
-      if (v == "shm") o.transport = transport_kind::shm;
-      else if (v == "tcp") o.transport = transport_kind::tcp;
-      else if (v == "inproc" || v == "threads") o.transport = transport_kind::inproc;  // threads: its old name
-      else if (v == "mpi") o.transport = transport_kind::mpi;
-      else if (v == "cuda_ipc") o.transport = transport_kind::cuda_ipc;
-      else if (v == "cuda_ipc_threads") o.transport = transport_kind::cuda_ipc_threads;
-      else if (v == "nccl") o.transport = transport_kind::nccl;
-      else throw usage_error_exit("--transport " + v + ": unknown transport (shm, tcp, inproc, mpi, cuda_ipc, cuda_ipc_threads, nccl)");
-      if (!transport_built(o.transport))
-        throw usage_error_exit("--transport " + v + ": this tutti-bench was built without it (" +
-                               (v == "tcp" ? "Asio, Debian libasio-dev, was not found"
-                                : v == "mpi" ? "no MPI was found"
-                                             : "no CUDA toolkit (nvcc) was found") + ")");
+      o.transport = transport_named(v);
+      if (!o.transport) {
+        std::string names;
+        for (const auto* t : transports()) names += (names.empty() ? "" : ", ") + std::string(t->name);
+        throw usage_error_exit("--transport " + v + ": unknown transport (this build has " + names + ")");
+      }
     } else if (flag == "--algo") {
       o.algo = next();
       if (o.algo != "automatic" && !tutti::algo::automatic::index_of(o.algo)) {
@@ -278,30 +259,32 @@ parsed parse_command_line(int argc, char** argv) {
       throw usage_error_exit("unknown flag " + flag);
     }
   }
-  if (p.help) return p;
+  if (p.help || p.list) return p;
   if (o.min_bytes > o.max_bytes)
     throw usage_error_exit("-b " + std::to_string(o.min_bytes) + " is larger than -e " + std::to_string(o.max_bytes));
   if (o.factor < 2 && o.min_bytes != o.max_bytes)
     throw usage_error_exit("-f " + std::to_string(o.factor) + ": the step factor must be at least 2 (or -b equal to -e)");
   if (o.np && o.root >= o.np)
     throw usage_error_exit("-r " + std::to_string(o.root) + " is not a rank of --np " + std::to_string(o.np));
-  if (device_transport(o.transport)) {
+  if (o.transport->device) {
     for (auto c : o.collectives)
       if (c != tutti::collective::all_reduce)
-        throw usage_error_exit("--transport " + std::string(transport_name(o.transport)) +
+        throw usage_error_exit("--transport " + std::string(transport_name(o.transport).c_str()) +
                                ": this benchmark measures all_reduce on device buffers only");
     if (o.algo != "automatic") throw usage_error_exit("--algo: the device transports run their own (automatic)");
     return p;
   }
   if (const auto i = tutti::algo::automatic::index_of(o.algo); i && !algo_runs_any(o)) {
     throw usage_error_exit("--algo " + o.algo + " needs " + std::string(tutti::algo::automatic::needs[*i]) + "; --transport " +
-                           std::string(transport_name(o.transport)) + " has none");
+                           std::string(transport_name(o.transport).c_str()) + " has none");
   }
   if (!p.collectives_all)
-    for (auto c : o.collectives)
+    for (auto c : o.collectives) {
       if (!algo_supports(o, c))
         throw usage_error_exit("--algo " + o.algo + " has no " + std::string(tutti::collective_name(c)) +
                                " schedule (see the table in README.md); pick another --algo, or automatic");
+      if (const auto why = skip_reason(o, c); !why.empty()) throw usage_error_exit(std::string(tutti::collective_name(c)) + ": " + why);
+    }
   if (o.csv_path == "-" && o.json_path == "-") throw usage_error_exit("--csv - and --json - both ask for stdout");
   return p;
 }
@@ -341,26 +324,28 @@ const char* op_name(op_kind o) {
   constexpr const char* n[] = {"sum", "prod", "min", "max", "avg"};
   return n[static_cast<int>(o)];
 }
-const char* transport_name(transport_kind t) {
-  constexpr const char* n[] = {"shm", "tcp", "inproc", "mpi", "cuda_ipc", "cuda_ipc_threads", "nccl"};
-  return n[static_cast<int>(t)];
+std::vector<const transport_entry*>& transports() {
+  static std::vector<const transport_entry*> all;
+  return all;
+}
+
+const transport_entry* transport_named(std::string_view name) {
+  for (const auto* t : transports())
+    if (t->name == name || (!t->alias.empty() && t->alias == name)) return t;
+  return nullptr;
 }
 
 bool algo_supports(const options& o, tutti::collective c) {
   if (o.algo == "automatic") return true;
   const auto i = tutti::algo::automatic::index_of(o.algo);
-  if (!i) return false;
-  switch (o.transport) {
-    case transport_kind::shm: return supports_shm(*i, c);
-    case transport_kind::inproc: return supports_inproc(*i, c);
-#ifdef TUTTI_BENCH_HAVE_TCP
-    case transport_kind::tcp: return supports_tcp(*i, c);
-#endif
-#ifdef TUTTI_BENCH_HAVE_MPI
-    case transport_kind::mpi: return supports_mpi(*i, c);
-#endif
-    default: return false;
-  }
+  return i && o.transport->supports && o.transport->supports(*i, c);
+}
+
+std::string skip_reason(const options& o, tutti::collective c) {
+  if (!algo_supports(o, c)) return "algorithm " + o.algo + " has no " + std::string(tutti::collective_name(c)) + " schedule";
+  if (o.op == op_kind::avg && tutti::info(c).ordered)
+    return "-o avg: it reduces in rank order, where avg (a sum divided by the group size) has no meaning";
+  return {};
 }
 
 bool algo_runs_any(const options& o) {
@@ -421,7 +406,7 @@ struct report::impl {
   void csv_row(const size_result& r, const measurement& m, bool in_place, double algbw, double busbw) {
     char line[512];
     std::snprintf(line, sizeof line, "tutti,%s,%s,%s,%d,%s,%s,%d,%zu,%zu,%d,%.3f,%.4f,%.4f,%lld",
-                  std::string(tutti::collective_name(r.coll)).c_str(), transport_name(o.transport), o.algo.c_str(), np,
+                  std::string(tutti::collective_name(r.coll)).c_str(), transport_name(o.transport).c_str(), o.algo.c_str(), np,
                   dtype_name(o.dtype), r.uses_op ? op_name(o.op) : "none", r.root, r.bytes, r.count, in_place ? 1 : 0,
                   m.time_us, algbw, busbw, m.wrong);
     if (csv) std::fprintf(csv, "%s\n", line), std::fflush(csv);
@@ -433,7 +418,7 @@ struct report::impl {
                     "\"in_place\": %d, \"time_us\": %.3f, \"algbw_GBps\": %.4f, \"busbw_GBps\": %.4f, \"wrong\": %lld, "
                     "\"iters\": %d, \"min_us\": %.3f, \"avg_us\": %.3f}",
                     json_rows.empty() ? "" : ",\n", std::string(tutti::collective_name(r.coll)).c_str(),
-                    transport_name(o.transport), json_string(o.algo).c_str(), np, dtype_name(o.dtype),
+                    transport_name(o.transport).c_str(), json_string(o.algo).c_str(), np, dtype_name(o.dtype),
                     r.uses_op ? op_name(o.op) : "none", r.root, r.bytes, r.count, in_place ? 1 : 0, m.time_us, algbw,
                     busbw, m.wrong, m.iters, m.min_us, m.avg_us);
       json_rows += j;
@@ -452,12 +437,12 @@ report::report(const options& o, int np, int threads) : p_(new impl(o, np, threa
   if (std::FILE* t = p_->table) {
     char host[256] = "?";
     ::gethostname(host, sizeof host - 1);
-    std::fprintf(t, "# tutti-bench: transport %s, algorithm %s, np %d (%s)\n", transport_name(o.transport),
+    std::fprintf(t, "# tutti-bench: transport %s, algorithm %s, np %d (%s)\n", transport_name(o.transport).c_str(),
                  p_->algo_label().c_str(), np,
-                 o.transport == transport_kind::inproc ? "threads of one process" : "one process per rank");
+                 o.transport->ranks == transport_entry::ranks_are::threads ? "threads of one process" : "one process per rank");
     std::fprintf(t, "# nThread %d nProcs %d minBytes %zu maxBytes %zu step: %zu(factor) warmup iters: %d iters: %d%s "
                     "validation: %d\n",
-                 threads, o.transport == transport_kind::inproc ? 1 : np, o.min_bytes, o.max_bytes, o.factor, o.warmup,
+                 threads, o.transport->ranks == transport_entry::ranks_are::threads ? 1 : np, o.min_bytes, o.max_bytes, o.factor, o.warmup,
                  o.iters, o.iters == 0 ? " (calibrated)" : "", o.check ? 1 : 0);
     std::fprintf(t, "# Host %s, %u cores\n#\n", host, std::thread::hardware_concurrency());
     std::fflush(t);
@@ -477,7 +462,7 @@ void report::begin(tutti::collective c) {
   p_->clear_progress();
   const std::string name(tutti::collective_name(c));
   if (p_->o.osu) {
-    std::fprintf(t, "# OSU-style %s latency: tutti %s, %s, %d ranks, %s\n", name.c_str(), transport_name(p_->o.transport),
+    std::fprintf(t, "# OSU-style %s latency: tutti %s, %s, %d ranks, %s\n", name.c_str(), transport_name(p_->o.transport).c_str(),
                  p_->algo_label().c_str(), p_->np, dtype_name(p_->o.dtype));
     std::fprintf(t, "%-10s%18s%18s%18s%12s\n", "# Size", "Avg Latency(us)", "Min Latency(us)", "Max Latency(us)",
                  "Iterations");
@@ -573,7 +558,7 @@ long long report::finish() {
                  "\"dtype\": \"%s\", \"op\": \"%s\", \"iters\": %d, \"warmup\": %d, \"check\": %d, \"wrong\": %lld},\n"
                  "  \"results\": [\n%s\n  ]\n}\n",
                  json_string(host).c_str(), std::thread::hardware_concurrency(), date,
-                 json_string(o.command_line).c_str(), transport_name(o.transport), json_string(o.algo).c_str(),
+                 json_string(o.command_line).c_str(), transport_name(o.transport).c_str(), json_string(o.algo).c_str(),
                  p_->np, p_->threads, dtype_name(o.dtype), op_name(o.op), o.iters, o.warmup, o.check ? 1 : 0, p_->wrong,
                  p_->json_rows.c_str());
     if (j != stdout) std::fclose(j);
@@ -593,8 +578,21 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tutti-bench: %s\n(tutti-bench --help lists the flags)\n", e.what());
     return 2;
   }
+  if (p.list) {  // from the table: what a CSV row of each collective says (tools/test_tutti_bench.sh reads it)
+    tutti::for_each_collective([](auto k) {
+      constexpr tutti::collective C = decltype(k)::value;
+      constexpr bool data = tutti::info(C).counts != tutti::counts_kind::none;  // else one row, out of place
+      std::printf("%s %s %s%s\n", std::string(tutti::collective_name(C)).c_str(), blocks_column<C>() ? "np" : "1",
+                  !data || tutti::testing::has_apart<C> ? "0" : "", data && tutti::testing::has_in_place<C> ? "1" : "");
+    });
+    return 0;
+  }
   if (p.help) {
     std::fputs(usage_text, stdout);
+    std::printf("\ncollectives: %s\ntransports of this build:\n", std::string(tutti::scheduled_names()).c_str());
+    for (const auto* t : transports())
+      std::printf("  %-24s %s\n", (std::string(t->name) + (t->alias.empty() ? "" : " (" + std::string(t->alias) + ")")).c_str(),
+                  std::string(t->description).c_str());
     return 0;
   }
   options& o = p.o;
@@ -603,9 +601,16 @@ int main(int argc, char** argv) {
     o.command_line += argv[i];
   }
   if (p.tune) {
-    if (o.algo != "automatic" || o.transport == transport_kind::mpi) {
-      std::fprintf(stderr, "tutti-bench: --tune measures every algorithm itself over shm, tcp or inproc "
-                           "(no --algo, no --transport mpi)\n");
+    if (o.algo != "automatic") {
+      std::fprintf(stderr, "tutti-bench: --tune measures every algorithm itself (no --algo)\n");
+      return 2;
+    }
+    if (o.transport->tuning_kind.empty()) {
+      std::string kinds;
+      for (const auto* t : transports())
+        if (!t->tuning_kind.empty()) kinds += (kinds.empty() ? "" : ", ") + std::string(t->name);
+      std::fprintf(stderr, "tutti-bench: --tune measures every algorithm itself over a transport with rows in the tuned "
+                           "table (%s), not --transport %s\n", kinds.c_str(), std::string(o.transport->name).c_str());
       return 2;
     }
     try {
@@ -619,20 +624,18 @@ int main(int argc, char** argv) {
     // --algo X: every communicator of this process takes X through TUTTI_ALGO (one name: every
     // collective X has a schedule for; the others were rejected or are skipped above).
     if (o.algo != "automatic") ::setenv("TUTTI_ALGO", o.algo.c_str(), 1);
-#ifdef TUTTI_BENCH_HAVE_CUDA
-    if (o.transport == transport_kind::cuda_ipc_threads) return run_cuda(o);
-#endif
-    if (o.transport == transport_kind::inproc) {
+    using ranks_are = transport_entry::ranks_are;
+    if (o.transport->ranks == ranks_are::threads) {
       if (o.root >= std::max(o.np, 1)) {
         std::fprintf(stderr, "tutti-bench: -r %d is not a rank of --np %d\n", o.root, std::max(o.np, 1));
         return 2;
       }
-      return run_inproc(o);
+      return o.transport->run(o);
     }
     if (!launcher_in_environment()) {
-      if (o.transport == transport_kind::mpi) {
-        std::fprintf(stderr, "tutti-bench: --transport mpi runs under MPI's launcher: mpirun -np %d %s ...\n",
-                     std::max(o.np, 2), argv[0]);
+      if (o.transport->ranks == ranks_are::mpi_processes) {
+        std::fprintf(stderr, "tutti-bench: --transport %s runs under MPI's launcher: mpirun -np %d %s ...\n",
+                     std::string(o.transport->name).c_str(), std::max(o.np, 2), argv[0]);
         return 2;
       }
       launch_self(std::max(o.np, 1), argc, argv);
@@ -648,20 +651,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     o.np = job.world_size;
-    switch (o.transport) {
-      case transport_kind::shm: return run_shm(o);
-#ifdef TUTTI_BENCH_HAVE_TCP
-      case transport_kind::tcp: return run_tcp(o);
-#endif
-#ifdef TUTTI_BENCH_HAVE_MPI
-      case transport_kind::mpi: return run_mpi(o);
-#endif
-#ifdef TUTTI_BENCH_HAVE_CUDA
-      case transport_kind::cuda_ipc:
-      case transport_kind::nccl: return run_cuda(o);
-#endif
-      default: return 2;
-    }
+    return o.transport->run(o);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tutti-bench: %s\n", e.what());
     return 1;

@@ -259,25 +259,42 @@ long long bench_dtype(Comm& comm, const options& o, const char* what, bool with_
   }
 }
 
-}  // namespace
-
-int run_cuda(const options& o) {
+void check_device_options(const options& o) {
   if (o.op != op_kind::sum) throw std::runtime_error("the device transports' benchmark measures sums (-o sum)");
+}
+
+int run_cuda_ipc_threads(const options& o) {
+  check_device_options(o);
   long long wrong = 0;
-  if (o.transport == transport_kind::cuda_ipc_threads) {
-    tutti::cuda_ipc::run(std::max(o.np, 1), [&](auto& comm) {
-      const long long w = bench_dtype(comm, o, "tutti::cuda_ipc, threads of one process", false);
-      if (comm.rank() == 0) wrong = w;
-    });
-  } else if (o.transport == transport_kind::cuda_ipc) {
-    auto comm = tutti::communicator<tutti::cuda_ipc>::from_env();
-    wrong = bench_dtype(comm, o, "tutti::cuda_ipc, one process per rank", false);
-  } else {
-    auto comm = tutti::communicator<tutti::nccl>::from_env();
-    const std::string what = "tutti::nccl (NCCL " + comm.transport().library_version() + "), one process per rank";
-    wrong = bench_dtype(comm, o, what.c_str(), true);
-  }
+  tutti::cuda_ipc::run(std::max(o.np, 1), [&](auto& comm) {
+    const long long w = bench_dtype(comm, o, "tutti::cuda_ipc, threads of one process", false);
+    if (comm.rank() == 0) wrong = w;
+  });
   return wrong == 0 ? 0 : 1;
 }
+
+int run_cuda_ipc(const options& o) {
+  check_device_options(o);
+  auto comm = tutti::communicator<tutti::cuda_ipc>::from_env();
+  return bench_dtype(comm, o, "tutti::cuda_ipc, one process per rank", false) == 0 ? 0 : 1;
+}
+
+int run_nccl(const options& o) {
+  check_device_options(o);
+  auto comm = tutti::communicator<tutti::nccl>::from_env();
+  const std::string what = "tutti::nccl (NCCL " + comm.transport().library_version() + "), one process per rank";
+  return bench_dtype(comm, o, what.c_str(), true) == 0 ? 0 : 1;
+}
+
+using ranks_are = transport_entry::ranks_are;
+const transport_entry cuda_ipc_entry{"cuda_ipc", "", "device buffers, processes of one host (all_reduce beside raw NCCL)",
+                                     ranks_are::processes, true, "", &run_cuda_ipc, nullptr};
+const transport_entry cuda_ipc_threads_entry{"cuda_ipc_threads", "", "device buffers, threads of one process",
+                                             ranks_are::threads, true, "", &run_cuda_ipc_threads, nullptr};
+const transport_entry nccl_entry{"nccl", "", "NCCL on device buffers, beside raw NCCL", ranks_are::processes, true, "",
+                                 &run_nccl, nullptr};
+const registrar regs[] = {registrar{cuda_ipc_entry}, registrar{cuda_ipc_threads_entry}, registrar{nccl_entry}};
+
+}  // namespace
 
 }  // namespace tutti_bench

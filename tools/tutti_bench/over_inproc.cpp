@@ -2,6 +2,7 @@
 #include "bench.hpp"
 
 namespace tutti_bench {
+namespace {
 
 int run_inproc(const options& o) {
   report rep(o, std::max(o.np, 1), std::max(o.np, 1));
@@ -14,8 +15,9 @@ int run_inproc(const options& o) {
   return wrong == 0 ? 0 : 1;
 }
 
-bool supports_inproc(std::size_t algo, tutti::collective c) {
-  return tutti::algo::automatic::support<tutti::inproc>[algo][static_cast<std::size_t>(c)];
-}
+const transport_entry entry{"inproc", "threads", "threads of one process", transport_entry::ranks_are::threads, false,
+                            "inproc", &run_inproc, &supports_of<tutti::inproc>};
+const registrar reg{entry};
 
+}  // namespace
 }  // namespace tutti_bench

@@ -4,8 +4,12 @@
 
 #include "bench.hpp"
 
-int tutti_bench::run_mpi(const options& o) { return run_process<tutti::mpi>(o); }
+namespace tutti_bench {
+namespace {
 
-bool tutti_bench::supports_mpi(std::size_t algo, tutti::collective c) {
-  return tutti::algo::automatic::support<tutti::mpi>[algo][static_cast<std::size_t>(c)];
-}
+const transport_entry entry{"mpi", "", "processes of an MPI job (mpirun)", transport_entry::ranks_are::mpi_processes, false,
+                            "", &run_process<tutti::mpi>, &supports_of<tutti::mpi>};
+const registrar reg{entry};
+
+}  // namespace
+}  // namespace tutti_bench

@@ -1,8 +1,12 @@
 // tutti-bench over tutti::shm: one rank per process, started by tuttirun (or any launcher).
 #include "bench.hpp"
 
-int tutti_bench::run_shm(const options& o) { return run_process<tutti::shm>(o); }
+namespace tutti_bench {
+namespace {
 
-bool tutti_bench::supports_shm(std::size_t algo, tutti::collective c) {
-  return tutti::algo::automatic::support<tutti::shm>[algo][static_cast<std::size_t>(c)];
-}
+const transport_entry entry{"shm", "", "processes of one host (the default)", transport_entry::ranks_are::processes, false,
+                            "shm", &run_process<tutti::shm>, &supports_of<tutti::shm>};
+const registrar reg{entry};
+
+}  // namespace
+}  // namespace tutti_bench

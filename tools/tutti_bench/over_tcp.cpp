@@ -4,8 +4,12 @@
 
 #include "bench.hpp"
 
-int tutti_bench::run_tcp(const options& o) { return run_process<tutti::tcp>(o); }
+namespace tutti_bench {
+namespace {
 
-bool tutti_bench::supports_tcp(std::size_t algo, tutti::collective c) {
-  return tutti::algo::automatic::support<tutti::tcp>[algo][static_cast<std::size_t>(c)];
-}
+const transport_entry entry{"tcp", "", "processes on any hosts", transport_entry::ranks_are::processes, false, "tcp",
+                            &run_process<tutti::tcp>, &supports_of<tutti::tcp>};
+const registrar reg{entry};
+
+}  // namespace
+}  // namespace tutti_bench

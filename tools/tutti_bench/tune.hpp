@@ -135,7 +135,7 @@ inline bool run_child(const std::string& self, const options& o, int np, const s
     std::ifstream e(err);
     std::stringstream es;
     es << e.rdbuf();
-    std::fprintf(stderr, "tutti-bench --tune: %s --np %d --algo %s%s failed (status %d): %s\n", transport_name(o.transport), np,
+    std::fprintf(stderr, "tutti-bench --tune: %s --np %d --algo %s%s failed (status %d): %s\n", transport_name(o.transport).c_str(), np,
                  algo.c_str(), tutti_algo_env.empty() ? "" : (" TUTTI_ALGO=" + tutti_algo_env).c_str(), rc, es.str().c_str());
   }
   std::remove(csv.c_str());
@@ -180,7 +180,7 @@ inline int run_tune(const options& o, const tune_options& t, const char* argv0) 
     std::fclose(f);
   }
   std::fprintf(stdout, "# tutti-bench --tune: transport %s, np %s, sizes %zu..%zu x%zu, -n %d -w %d, %d repetitions, load %.2f\n",
-               transport_name(o.transport), [&] {
+               transport_name(o.transport).c_str(), [&] {
                  std::string s;
                  for (int n : t.np_list) {
                    if (!s.empty()) s += ',';
@@ -236,7 +236,9 @@ inline int run_tune(const options& o, const tune_options& t, const char* argv0) 
       }
       // What automatic runs without a table: shared_memory on shm (windows), the rule elsewhere.
       auto builtin = [&](std::size_t b) {
-        if (o.transport == transport_kind::shm) return std::string("shared_memory");
+        if (o.transport->supports && o.transport->supports(*tutti::algo::automatic::index_of("shared_memory"),
+                                                           static_cast<tutti::collective>(c)))
+          return std::string("shared_memory");
         return std::string(tutti::algo::automatic{}.rule(static_cast<tutti::collective>(c), b, np));
       };
       std::string cur;
@@ -287,15 +289,20 @@ inline int run_tune(const options& o, const tune_options& t, const char* argv0) 
                              std::to_string(std::thread::hardware_concurrency()) + " cores, " + loadtxt + "), tutti " +
                              (commit.empty() ? "unknown" : commit) + ": " + o.command_line;
   auto size_lit = [](std::size_t b) { return b == static_cast<std::size_t>(-1) ? std::string("any") : std::to_string(b); };
-  const std::string me(transport_name(o.transport));
+  const std::string me(o.transport->tuning_kind);
   std::string mine;
   for (auto& r : rows)
     mine += "    {\"" + me + "\", collective::" + std::string(tutti::collective_name(static_cast<tutti::collective>(r.coll))) +
             ", " + std::to_string(r.np) + ", " + std::to_string(r.np) + ", " + size_lit(r.lo) + ", " + size_lit(r.hi) +
             ", \"" + r.alg + "\"},\n";
-  // The kinds of the table: the transports tutti ships (a user transport's kind may be added by hand).
-  const char* kinds[] = {"shm", "tcp", "inproc"};
-  std::map<std::string, std::string> sources{{"shm", "nullptr"}, {"tcp", "nullptr"}, {"inproc", "nullptr"}};
+  // The kinds of the table: those of this build's transports (a user transport's may be added by hand).
+  std::vector<std::string> kinds;
+  std::map<std::string, std::string> sources;
+  for (const auto* tr : transports())
+    if (!tr->tuning_kind.empty() && !sources.count(std::string(tr->tuning_kind))) {
+      kinds.emplace_back(tr->tuning_kind);
+      sources[kinds.back()] = "nullptr";
+    }
   std::string kept;  // other kinds' rows of the existing file
   std::string before, after;
   if (!t.out.empty()) {
@@ -315,7 +322,7 @@ inline int run_tune(const options& o, const tune_options& t, const char* argv0) 
         }
         if (line.find("sources[] = {") != std::string::npos) in_sources = true;
         if (line.find("rows[] = {") != std::string::npos) in_sources = false;
-        for (const char* k : kinds) {
+        for (const std::string& k : kinds) {
           const std::string tag = std::string("    {\"") + k + "\", ";
           if (line.rfind(tag, 0) != 0) continue;
           if (in_sources) {
@@ -335,7 +342,7 @@ inline int run_tune(const options& o, const tune_options& t, const char* argv0) 
   sources[me] = c_string(source);
   std::string gen = "/// The run that produced each kind's rows (nullptr: never tuned).\n"
                     "inline constexpr source sources[] = {\n";
-  for (const char* k : kinds) gen += std::string("    {\"") + k + "\", " + sources[k] + "},\n";
+  for (const std::string& k : kinds) gen += "    {\"" + k + "\", " + sources[k] + "},\n";
   gen += "};\ninline constexpr row rows[] = {\n" + kept + mine;
   if (kept.empty() && mine.empty()) gen += "    {\"(none)\", collective::barrier, 0, 0, 0, 0, \"ring\"},  // placeholder, never matches\n";
   gen += "};\n";
@@ -346,7 +353,7 @@ inline int run_tune(const options& o, const tune_options& t, const char* argv0) 
       throw std::runtime_error("--out " + t.out + ": not a tuned_table.hpp (no '---- BEGIN GENERATED ----' / '---- END' lines)");
     std::ofstream out(t.out);
     out << before << gen << after;
-    std::fprintf(stdout, "# wrote %zu %s rows to %s\n", rows.size(), transport_name(o.transport), t.out.c_str());
+    std::fprintf(stdout, "# wrote %zu %s rows to %s\n", rows.size(), transport_name(o.transport).c_str(), t.out.c_str());
   }
 
   // ---- automatic with the new table vs the best fixed algorithm -------------------------------

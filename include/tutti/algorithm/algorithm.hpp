@@ -8,27 +8,13 @@
 ///       void all_reduce(Channel& ch, tutti::view<T, M> buf, const Op& op) const;
 ///     };
 ///
-/// The schedules' signatures, one per collective of the table (core/collective.hpp); p =
-/// ch.size() >= 2: the communicator handles p = 1 and checks every size before calling. `M` is
-/// the transport's memory kind (`host_memory` for every transport tutti ships; a schedule
-/// written for host memory only may take `view<T>`):
-///
-/// | collective       | schedule                                                        |
-/// |------------------|-----------------------------------------------------------------|
-/// | broadcast        | broadcast(ch, view<T, M> buf, int root)                         |
-/// | reduce           | reduce(ch, view<T, M> buf, int root, op)                        |
-/// | all_reduce       | all_reduce(ch, view<T, M> buf, op)                              |
-/// | gather           | gather(ch, view<const T, M> in, view<T, M> out, int root)       |
-/// | all_gather       | all_gather(ch, in, out)                                         |
-/// | scatter          | scatter(ch, in, out, int root)                                  |
-/// | all_to_all       | all_to_all(ch, in, out)                                         |
-/// | reduce_scatter   | reduce_scatter(ch, in, out, op)                                 |
-/// | barrier          | barrier(ch)                                                     |
-/// | all_gather_v     | all_gather_v(ch, in, out, const block_counts& counts)           |
-/// | gather_v         | gather_v(ch, in, out, const block_counts& counts, int root)     |
-/// | scatter_v        | scatter_v(ch, in, const block_counts& counts, out, int root)    |
-/// | all_to_all_v     | all_to_all_v(ch, in, const block_counts& send, out, const block_counts& recv) |
-/// | reduce_scatter_v | reduce_scatter_v(ch, in, out, const block_counts& counts, op)   |
+/// The schedules' signatures are those `schedule_call` (core/collective.hpp) makes, one per
+/// collective of the table; p = ch.size() >= 2 (the communicator handles p = 1 and checks every
+/// size before calling). `M` is the transport's memory kind (`host_memory` for every transport
+/// tutti ships; a schedule written for host memory only may take `view<T>`). For tutti's own
+/// host-memory transports the call path hands schedules an opaque element type of the real one's
+/// size (`detail::elem<S>`) and an erased op, so a schedule is compiled once per element size:
+/// a schedule must be a template over the element type and op, and never dereference a view.
 ///
 /// gather_v's and scatter_v's counts are the root's; on the other ranks they may be empty (a
 /// rank's own count is the size of its view). all_to_all_v's are this rank's row (what it sends
@@ -41,6 +27,8 @@
 /// - reduce leaves every non-root rank's `buf` unchanged (use `ch.scratch` to accumulate);
 /// - all_reduce leaves bitwise-identical results on every rank: reduce each element in an order
 ///   that does not depend on the rank (or compute it once and distribute it);
+/// - scan and exscan apply the op in rank order (`op(lower ranks, higher ranks)`), so that
+///   non-commutative ops give the serial prefix;
 /// - every rank makes the same sequence of channel calls with its peers that the schedule
 ///   implies for the same (collective, count, root, size): the fingerprint makes a divergence an
 ///   error, but only a schedule that all ranks agree on completes.
@@ -58,6 +46,7 @@
 #include "tutti/core/dtype.hpp"
 #include "tutti/core/fingerprint.hpp"
 #include "tutti/core/view.hpp"
+#include "tutti/op/kernels.hpp"
 #include "tutti/op/ops.hpp"
 
 namespace tutti {
@@ -80,38 +69,48 @@ struct probe_transport {
 static_assert(transport<probe_transport>);
 }  // namespace detail
 
-/// Whether `A` has the schedule of collective `C` on channel `Ch` (the signatures above).
+namespace algo {
+/// One call of a collective as the call path hands it to a schedule through `schedule_call<C>`:
+/// its buffers (for a collective of one buffer, `out`), root, counts and op.
+template <class T, class M, class Op>
+struct call_args {
+  view<const T, M> in;
+  view<T, M> out;
+  int root = -1;
+  block_counts counts{};       ///< a v-collective's counts (all_to_all_v: what this rank sends)
+  block_counts recv_counts{};  ///< all_to_all_v: what this rank receives from each rank
+  Op op{};
+};
+/// The op of a call that takes none.
+struct no_op {};
+}  // namespace algo
+
+/// Whether `A` has the schedule of collective `C` on channel `Ch` (`schedule_call<C>` compiles
+/// for it, with float views and op::sum).
 template <class A, collective C, class Ch>
 constexpr bool schedule_probe() {
-  using M = typename Ch::memory;
-  using out_t = view<float, M>;
-  using in_t = view<const float, M>;
-  if constexpr (C == collective::broadcast) return requires(const A& a, Ch& ch, out_t o) { a.broadcast(ch, o, 0); };
-  else if constexpr (C == collective::reduce) return requires(const A& a, Ch& ch, out_t o) { a.reduce(ch, o, 0, op::sum{}); };
-  else if constexpr (C == collective::all_reduce) return requires(const A& a, Ch& ch, out_t o) { a.all_reduce(ch, o, op::sum{}); };
-  else if constexpr (C == collective::gather) return requires(const A& a, Ch& ch, in_t i, out_t o) { a.gather(ch, i, o, 0); };
-  else if constexpr (C == collective::all_gather) return requires(const A& a, Ch& ch, in_t i, out_t o) { a.all_gather(ch, i, o); };
-  else if constexpr (C == collective::scatter) return requires(const A& a, Ch& ch, in_t i, out_t o) { a.scatter(ch, i, o, 0); };
-  else if constexpr (C == collective::all_to_all) return requires(const A& a, Ch& ch, in_t i, out_t o) { a.all_to_all(ch, i, o); };
-  else if constexpr (C == collective::reduce_scatter)
-    return requires(const A& a, Ch& ch, in_t i, out_t o) { a.reduce_scatter(ch, i, o, op::sum{}); };
-  else if constexpr (C == collective::barrier) return requires(const A& a, Ch& ch) { a.barrier(ch); };
-  else if constexpr (C == collective::all_gather_v)
-    return requires(const A& a, Ch& ch, in_t i, out_t o, const block_counts& b) { a.all_gather_v(ch, i, o, b); };
-  else if constexpr (C == collective::gather_v)
-    return requires(const A& a, Ch& ch, in_t i, out_t o, const block_counts& b) { a.gather_v(ch, i, o, b, 0); };
-  else if constexpr (C == collective::scatter_v)
-    return requires(const A& a, Ch& ch, in_t i, out_t o, const block_counts& b) { a.scatter_v(ch, i, b, o, 0); };
-  else if constexpr (C == collective::all_to_all_v)
-    return requires(const A& a, Ch& ch, in_t i, out_t o, const block_counts& b) { a.all_to_all_v(ch, i, b, o, b); };
-  else if constexpr (C == collective::reduce_scatter_v)
-    return requires(const A& a, Ch& ch, in_t i, out_t o, const block_counts& b) {
-      a.reduce_scatter_v(ch, i, o, b, op::sum{});
-    };
-  else return false;  // point to point and group agreement have no schedule
+  using x_t = algo::call_args<float, typename Ch::memory, op::sum>;
+  return requires(const A& a, Ch& ch, const x_t& x) { schedule_call<C>(a, ch, x); };
+}
+
+/// Whether `A`'s schedule of `C` on channel `Ch` also runs on erased elements (`detail::elem<S>`
+/// and `detail::erased_op`), as the call path hands host-memory calls to schedules of tutti's.
+template <class A, collective C, class Ch>
+constexpr bool schedule_probe_erased() {
+  using x_t = algo::call_args<detail::elem<4>, typename Ch::memory, detail::erased_op>;
+  return requires(const A& a, Ch& ch, const x_t& x) { schedule_call<C>(a, ch, x); };
 }
 
 namespace detail {
+/// Whether `A`'s schedules need the real element type and op (`static constexpr bool needs_types
+/// = true`: `algo::native` maps them to the transport's own collectives); such an algorithm gets
+/// the typed call, compiled per element type and op.
+template <class A>
+constexpr bool needs_types() {
+  if constexpr (requires { { A::needs_types } -> std::convertible_to<bool>; }) return A::needs_types;
+  else return false;
+}
+
 /// `algorithm_for`'s answer; `automatic_of` specialises it (it runs whatever its candidates run).
 template <class A, collective C, class Transport>
 struct has_schedule : std::bool_constant<schedule_probe<A, C, channel<Transport>>()> {};
@@ -120,14 +119,6 @@ struct has_schedule : std::bool_constant<schedule_probe<A, C, channel<Transport>
 /// `A` has a schedule for collective `C` on `Transport` (by default: on any transport).
 template <class A, collective C, class Transport = detail::probe_transport>
 concept algorithm_for = detail::has_schedule<A, C, Transport>::value;
-
-/// `A`'s all_reduce also reads a separate input itself (out of place), instead of running in
-/// place on the output after a copy.
-template <class A, class Ch, class T, class Op>
-concept all_reduce_out_of_place = requires(const A& a, Ch& ch, view<const T, typename Ch::memory> in,
-                                           view<T, typename Ch::memory> out, const Op& op) {
-  a.all_reduce(ch, in, out, op);
-};
 
 /// Any algorithm: a type with a name.
 template <class A>

@@ -24,7 +24,6 @@
 #include "tutti/detail/buffer.hpp"
 #include "tutti/transport/capabilities.hpp"
 #include "tutti/transport/memory_ops.hpp"
-#include "tutti/transport/toolkit/errors.hpp"
 
 namespace tutti {
 
@@ -216,12 +215,12 @@ class channel {
     if (block_ < 0) return f();
     try {
       f();
-    } catch (const toolkit::header_mismatch& e) {
+    } catch (const header_mismatch& e) {
       throw mismatch_error(describe_block(e));
     }
   }
 
-  std::string describe_block(const toolkit::header_mismatch& e) const {
+  std::string describe_block(const header_mismatch& e) const {
     const fingerprint& mine = e.expected.fp;
     const fingerprint& theirs = e.got.fp;
     // Another collective, dtype, op, root or algorithm: the generic message says it best.
@@ -232,11 +231,12 @@ class channel {
     if (a != b || e.expected.bytes % es || e.got.bytes % es) return e.what();
     const auto n_mine = std::to_string(e.expected.bytes / es), n_theirs = std::to_string(e.got.bytes / es);
     const std::string me = "rank " + std::to_string(e.me), peer = "rank " + std::to_string(e.peer);
-    const std::string at = toolkit::where(e.expected, wait_.algorithm) + ": ";
+    const std::string at = std::string(collective_name(mine.coll)) + "(" + std::string(wait_.algorithm) + "): ";
     const bool counts_differ = mine.count != theirs.count || mine.shape != theirs.shape;
-    switch (mine.coll) {
-      case collective::all_gather_v:
-      case collective::reduce_scatter_v: {
+    if (!is_collective(static_cast<std::uint8_t>(mine.coll))) return e.what();
+    const collective_info& row = info(mine.coll);
+    switch (row.where) {  // what the block's size is, by where the counts are passed
+      case counts_at::every_rank: {
         const std::string idx = "counts[" + std::to_string(block_) + "]";
         if (e.expected.bytes != e.got.bytes)
           return at + me + " passes " + idx + " = " + n_mine + ", " + peer + " passes " + idx + " = " + n_theirs +
@@ -244,17 +244,18 @@ class channel {
                                 : " (their counts agree otherwise: does " + peer + "'s view match its count?)");
         return std::string(e.what()) + "; " + idx + " = " + n_mine + " on both";
       }
-      case collective::gather_v:
-        return at + "the root, " + me + ", has counts[" + std::to_string(e.peer) + "] = " + n_mine + ", but " + peer +
-               "'s in has " + n_theirs + " elements";
-      case collective::scatter_v:
+      case counts_at::root:  // the root's count against the other rank's view
+        if (row.layout.in == extent::own)
+          return at + "the root, " + me + ", has counts[" + std::to_string(e.peer) + "] = " + n_mine + ", but " + peer +
+                 "'s in has " + n_theirs + " elements";
         return at + me + "'s out has " + n_mine + " elements, but the root, " + peer + ", has counts[" +
                std::to_string(e.me) + "] = " + n_theirs;
-      case collective::all_to_all_v:
+      case counts_at::own_row:
         return at + me + " has recv_counts[" + std::to_string(e.peer) + "] = " + n_mine + ", but " + peer +
                " has send_counts[" + std::to_string(e.me) + "] = " + n_theirs;
-      default: return e.what();
+      case counts_at::none: break;
     }
+    return e.what();
   }
 
   Transport& t_;

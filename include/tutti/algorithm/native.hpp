@@ -50,6 +50,9 @@ struct native {
   /// What it needs of a transport, and that automatic picks it only by name (see above).
   static constexpr std::string_view needs = "a transport with collectives of its own (tutti::mpi)";
   static constexpr bool explicit_only = true;
+  /// The transport maps the element type and op to its own (MPI's datatypes and ops): it needs
+  /// the typed call, not the erased one of tutti's schedules.
+  static constexpr bool needs_types = true;
   /// Agree on the fingerprint before each collective (see the file comment).
   bool check_fingerprint = true;
   /// Use MPI's blocking collectives: faster, but no deadline (see the file comment).
@@ -182,6 +185,29 @@ struct native {
     }
   }
 
+  /// MPI_Iscan / MPI_Iexscan where the transport has them (and reduces T with Op); elsewhere
+  /// tutti's direct chain over the transport's messages.
+  template <class Ch, class T, class M, class Op>
+    requires native_collectives<typename Ch::transport_type>
+  void scan(Ch& ch, view<const T, M> in, view<T, M> out, const Op& op) const {
+    if constexpr (native_op<Ch, T, Op> && requires { ch.transport().native_scan(in.data(), out.data(), in.size(), op, ch.fp(), ch.wait(), blocking); }) {
+      agree(ch);
+      ch.transport().native_scan(in.data(), out.data(), in.size(), op, ch.fp(), ch.wait(), blocking);
+    } else {
+      direct{}.scan(ch, in, out, op);
+    }
+  }
+  template <class Ch, class T, class M, class Op>
+    requires native_collectives<typename Ch::transport_type>
+  void exscan(Ch& ch, view<const T, M> in, view<T, M> out, const Op& op) const {
+    if constexpr (native_op<Ch, T, Op> && requires { ch.transport().native_exscan(in.data(), out.data(), in.size(), op, ch.fp(), ch.wait(), blocking); }) {
+      agree(ch);
+      ch.transport().native_exscan(in.data(), out.data(), in.size(), op, ch.fp(), ch.wait(), blocking);
+    } else {
+      direct{}.exscan(ch, in, out, op);
+    }
+  }
+
   template <class Ch>
     requires native_collectives<typename Ch::transport_type>
   void barrier(Ch& ch) const {
@@ -209,9 +235,6 @@ struct native {
     if (check_fingerprint) ch.transport().native_agree(ch.fp(), ch.wait(), blocking);
   }
 };
-
-static_assert(algorithm<native>);
-static_assert(!algorithm_for<native, collective::all_reduce>);  // only on transports with collectives of their own
 
 }  // namespace algo
 }  // namespace tutti

@@ -12,6 +12,9 @@
 /// - all_gather: recursive doubling for powers of two, Bruck's dissemination otherwise (any p,
 ///   ⌈lg p⌉ rounds, then one local rotation): ⌈lg p⌉·α + n(p−1)/p·β
 /// - barrier: dissemination, ⌈lg p⌉ rounds of empty messages
+/// - scan / exscan (MPICH's): in round k rank r swaps its partial reduction (of a contiguous range
+///   of ranks ending or starting at r) with rank r ^ 2^k, and folds what comes from below into its
+///   result; ⌈lg p⌉·(α + n(β + 2γ)), any p, in rank order (non-commutative ops are right)
 #pragma once
 
 #include <cstddef>
@@ -111,6 +114,19 @@ struct recursive_doubling {
     ch.copy(tmp.subview(head, tail), out.subview(0, tail));
   }
 
+  /// Rank r's `partial` is op over a contiguous range of ranks containing r; in round k it swaps
+  /// it with rank r ^ 2^k. What comes from below is folded in front of `partial` and of the
+  /// result; what comes from above behind `partial` only.
+  template <class Ch, class T, class M, class Op>
+  void scan(Ch& ch, view<const T, M> in, view<T, M> out, const Op& op) const {
+    prefix(ch, in, out, op, true);
+  }
+  /// As scan, without this rank's own input; rank 0's `out` is left alone.
+  template <class Ch, class T, class M, class Op>
+  void exscan(Ch& ch, view<const T, M> in, view<T, M> out, const Op& op) const {
+    prefix(ch, in, out, op, false);
+  }
+
   template <class Ch>
   void barrier(Ch& ch) const {
     const int p = ch.size(), r = ch.rank();
@@ -118,10 +134,30 @@ struct recursive_doubling {
       ch.sendrecv(schedule::mod(r + dist, p), typename Ch::template view_type<const char>{}, schedule::mod(r - dist, p),
                   typename Ch::template view_type<char>{});
   }
+ private:
+  template <class Ch, class T, class M, class Op>
+  static void prefix(Ch& ch, view<const T, M> in, view<T, M> out, const Op& op, bool inclusive) {
+    const int p = ch.size(), r = ch.rank();
+    const std::size_t n = in.size();
+    auto partial = ch.template scratch<T>(0, n);
+    auto theirs = ch.template scratch<T>(1, n);
+    ch.copy(in, partial);  // before `out` (which may be `in`) is written
+    if (inclusive) ch.copy(in, out);
+    bool have = inclusive;  // whether `out` holds a result yet (exscan: from the first lower partner on)
+    for (int mask = 1; mask < p; mask <<= 1) {
+      const int partner = r ^ mask;
+      if (partner >= p) continue;
+      ch.sendrecv(partner, view<const T, M>(partial), partner, theirs);
+      if (partner < r) {
+        ch.combine(partial, view<const T, M>(theirs), view<const T, M>(partial), op);
+        if (have) ch.combine(out, view<const T, M>(theirs), view<const T, M>(out), op);
+        else ch.copy(view<const T, M>(theirs), out);
+        have = true;
+      } else {
+        ch.combine(partial, view<const T, M>(partial), view<const T, M>(theirs), op);
+      }
+    }
+  }
 };
-
-static_assert(algorithm<recursive_doubling>);
-static_assert(algorithm_for<recursive_doubling, collective::all_reduce>);
-static_assert(!algorithm_for<recursive_doubling, collective::gather>);
 
 }  // namespace tutti::algo

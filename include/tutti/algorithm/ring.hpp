@@ -192,9 +192,4 @@ struct ring {
   }
 };
 
-static_assert(algorithm<ring>);
-static_assert(algorithm_for<ring, collective::all_reduce>);
-static_assert(!algorithm_for<ring, collective::all_to_all>);
-static_assert(algorithm_for<ring, collective::all_gather_v> && !algorithm_for<ring, collective::gather_v>);
-
 }  // namespace tutti::algo

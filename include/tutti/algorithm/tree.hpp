@@ -144,8 +144,4 @@ struct tree {
   }
 };
 
-static_assert(algorithm<tree>);
-static_assert(algorithm_for<tree, collective::gather>);
-static_assert(!algorithm_for<tree, collective::all_to_all>);
-
 }  // namespace tutti::algo

@@ -12,6 +12,7 @@
 #include "tutti/detail/attributes.hpp"
 #include "tutti/core/collective.hpp"
 #include "tutti/core/dtype.hpp"
+#include "tutti/core/error.hpp"
 #include "tutti/core/op_id.hpp"
 
 namespace tutti {
@@ -43,6 +44,17 @@ struct fingerprint {
 struct header {
   fingerprint fp;
   std::uint64_t bytes = 0;
+};
+
+/// What a receiver found in a header it checked (`toolkit::check_header`): a `mismatch_error` that
+/// keeps both headers and both ranks, so that the layer that knows what the message was (a block
+/// of a v-collective, in the channel) can say it in the call's own terms.
+class header_mismatch : public mismatch_error {
+ public:
+  header_mismatch(const std::string& what, const header& expected_, const header& got_, int me_, int peer_)
+      : mismatch_error(what), expected(expected_), got(got_), me(me_), peer(peer_) {}
+  header expected, got;
+  int me, peer;
 };
 
 namespace detail {

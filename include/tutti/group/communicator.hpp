@@ -4,14 +4,10 @@
 /// every rank of the group makes, in the same order, with agreeing arguments; disagreement raises
 /// `mismatch_error` and a silent peer raises `timeout_error` or `peer_lost`.
 ///
-/// Buffers are `tutti::view`s, or anything `tutti::viewable`: a contiguous range (`std::vector`,
-/// `std::array`, `std::span`, a C array) or a single trivially copyable value:
-/// `comm.all_reduce(grads)`, `comm.all_gather(my_count, counts)`.
-///
-/// Every collective and point-to-point call has a non-blocking `i` twin (`iall_reduce`,
-/// `ibroadcast`, ..., `isend`, `irecv`) with the same arguments, returning a `tutti::request`
-/// (group/request.hpp): the operation runs on the communicator's progress engine, in the order
-/// posted, while the caller goes on. A blocking call waits for the operations posted before it.
+/// The collectives themselves (and their non-blocking `i` twins) are members of its base
+/// `collective_calls` (group/collectives.hpp); each runs through the one call path
+/// (group/call_path.hpp). This file holds the communicator's state and everything else: its
+/// lifetime, point to point, batches (`fuse`), groups, shrink and grow, `explain`.
 ///
 /// A communicator is used by one thread at a time (different communicators, the world and its
 /// groups, may be used from different threads at once). After a failure other than `usage_error` it is
@@ -35,7 +31,6 @@
 #include <utility>
 #include <vector>
 
-#include "tutti/detail/attributes.hpp"
 #include "tutti/algorithm/automatic.hpp"
 #include "tutti/algorithm/channel.hpp"
 #include "tutti/core/collective.hpp"
@@ -47,6 +42,8 @@
 #include "tutti/core/view.hpp"
 #include "tutti/detail/buffer.hpp"
 #include "tutti/detail/flight_recorder.hpp"
+#include "tutti/group/collectives.hpp"
+#include "tutti/group/nonblocking.hpp"
 #include "tutti/group/request.hpp"
 #include "tutti/op/ops.hpp"
 #include "tutti/transport/capabilities.hpp"
@@ -100,47 +97,6 @@ struct is_automatic : std::false_type {};
 template <class... C>
 struct is_automatic<algo::automatic_of<C...>> : std::true_type {};
 
-/// A communicator's progress engine (group/request.hpp), made on its first non-blocking call.
-/// Moving the communicator first waits for what its engine runs: the operations refer to it.
-class engine_slot {
- public:
-  engine_slot() = default;
-  engine_slot(engine_slot&& o) noexcept {
-    o.drain();
-    e_ = std::move(o.e_);
-  }
-  engine_slot& operator=(engine_slot&& o) noexcept {
-    if (this != &o) {
-      drain();
-      o.drain();
-      e_ = std::move(o.e_);
-    }
-    return *this;
-  }
-  void drain() noexcept {
-    if (e_) e_->drain();
-  }
-  /// Operations are posted and the caller is not the engine (which runs them in order).
-  bool busy() const noexcept { return e_ && !e_->idle() && !e_->on_engine(); }
-  std::size_t pending() const noexcept { return e_ ? e_->pending() : 0; }
-  /// The engine, made on first use; `waiting` (may be null) counts what it has not started.
-  progress_engine& get(std::atomic<std::uint64_t>* waiting) {
-    if (!e_) e_ = std::make_unique<progress_engine>(waiting);
-    return *e_;
-  }
-
- private:
-  std::unique_ptr<progress_engine> e_;
-};
-
-/// A buffer a non-blocking call may keep: a view, or an lvalue (not a temporary container).
-template <class B>
-inline constexpr bool lasting = std::is_lvalue_reference_v<B> || is_view<std::remove_cvref_t<B>>::value;
-
-/// The element type of a buffer argument.
-template <class X>
-using element_of = std::remove_const_t<typename view_of<X>::element_type>;
-
 /// A collective's trailing argument that is a stream of its `stream_ordered` transport (given in
 /// the algorithm's place: `comm.all_reduce(v, op, stream)`), not an algorithm.
 template <class Transport, class Arg>
@@ -148,7 +104,7 @@ concept stream_arg = stream_ordered<Transport> && std::same_as<Arg, typename Tra
 }  // namespace detail
 
 template <transport Transport, algorithm Algorithm = algo::automatic>
-class communicator {
+class communicator : public collective_calls<communicator<Transport, Algorithm>, typename transport_traits<Transport>::memory> {
  public:
   using transport_type = Transport;
   using algorithm_type = Algorithm;
@@ -229,7 +185,7 @@ class communicator {
     if (joiners < 1) usage("grow: joiners must be at least 1, not " + std::to_string(joiners));
     std::vector<int> counts(static_cast<std::size_t>(size()));
     const int mine[1] = {joiners};
-    all_gather(view<const int>(mine, 1), view(counts));
+    this->all_gather(view<const int>(mine, 1), view(counts));
     for (int r = 0; r < size(); ++r)
       if (counts[static_cast<std::size_t>(r)] != counts[0])
         throw mismatch_error("grow: rank 0 grows by " + std::to_string(counts[0]) + " joiner(s), rank " + std::to_string(r) +
@@ -241,398 +197,13 @@ class communicator {
   /// fingerprints, start times and outcomes, as printed on failure and on SIGUSR1.
   std::string flight_record(std::size_t max = detail::flight_capacity) const { return recorder_.text(max); }
 
-  // ---- collectives ------------------------------------------------------------------------
-  // `Algo` is a per-call algorithm (`comm.all_reduce(v, op, tutti::algo::tree{})` or
-  // `comm.all_reduce<tutti::algo::tree>(v, op)`); by default the communicator's own. Buffers
-  // are views or anything `viewable` (see the file comment).
-
-  /// Copies root's `buf` into every rank's `buf`. Every rank passes the same count and root.
-  template <class Algo = algo::inherit, viewable B>
-  auto broadcast(B&& buf, int root, const Algo& arg = {}) {
-    return with_stream(arg, [&](const auto& a) {
-      using A = std::remove_cvref_t<decltype(a)>;
-      ordered();
-      const auto v = writable(buf, collective::broadcast, "buf");
-      using T = detail::element_of<B>;
-      static_assert(supports<A, collective::broadcast>,
-                    "tutti: this algorithm has no broadcast schedule (see the table in README.md); "
-                    "use tutti::algo::tree, ring, direct or automatic");
-      check_root(root, collective::broadcast);
-      auto fp = next_fp(collective::broadcast, dtype_of<T>(), v.size(), root, 0);
-      if (size() == 1) return;
-      run<collective::broadcast>(a, fp, v.size_bytes(), [&](const auto& alg, auto& ch) { alg.broadcast(ch, v, root); });
-    });
-  }
-
-  /// Reduces every rank's `buf` with `op` into root's `buf`; the other ranks' buffers are left
-  /// unchanged.
-  template <class Algo = algo::inherit, viewable B, class Op = op::sum>
-    requires reduce_op<Op, detail::element_of<B>>
-  auto reduce(B&& buf, int root, const Op& op = {}, const Algo& arg = {}) {
-    return with_stream(arg, [&](const auto& a) {
-      using A = std::remove_cvref_t<decltype(a)>;
-      ordered();
-      const auto v = writable(buf, collective::reduce, "buf");
-      using T = detail::element_of<B>;
-      static_assert(supports<A, collective::reduce>,
-                    "tutti: this algorithm has no reduce schedule (see the table in README.md); "
-                    "use tutti::algo::tree, ring, direct or automatic");
-      check_root(root, collective::reduce);
-      auto fp = next_fp(collective::reduce, dtype_of<T>(), v.size(), root, op_traits<Op>::id());
-      if (size() > 1)
-        run<collective::reduce>(a, fp, v.size_bytes(), [&](const auto& alg, auto& ch) { alg.reduce(ch, v, root, kernel_op(op)); });
-      if (rank() == root) finish(v, op);
-    });
-  }
-
-  /// Reduces every rank's `buf` with `op`; every rank gets the result in `buf`.
-  template <class Algo = algo::inherit, viewable B, class Op = op::sum>
-    requires reduce_op<Op, detail::element_of<B>>
-  auto all_reduce(B&& buf, const Op& op = {}, const Algo& arg = {}) {
-    return with_stream(arg, [&](const auto& a) {
-      using A = std::remove_cvref_t<decltype(a)>;
-      ordered();
-      const auto v = writable(buf, collective::all_reduce, "buf");
-      using T = detail::element_of<B>;
-      static_assert(supports<A, collective::all_reduce>,
-                    "tutti: this algorithm has no all_reduce schedule (see the table in README.md)");
-      auto fp = next_fp(collective::all_reduce, dtype_of<T>(), v.size(), -1, op_traits<Op>::id());
-      if (size() > 1)
-        run<collective::all_reduce>(a, fp, v.size_bytes(), [&](const auto& alg, auto& ch) { alg.all_reduce(ch, v, kernel_op(op)); });
-      finish(v, op);
-    });
-  }
-
-  /// Out of place: `out` (same size as `in`) gets the reduction of every rank's `in`.
-  template <class Algo = algo::inherit, viewable In, viewable Out, class Op = op::sum>
-    requires std::same_as<detail::element_of<In>, detail::element_of<Out>> && reduce_op<Op, detail::element_of<Out>>
-  auto all_reduce(In&& in_buf, Out&& out_buf, const Op& op = {}, const Algo& arg = {}) {
-    return with_stream(arg, [&](const auto& a) {
-      using A = std::remove_cvref_t<decltype(a)>;
-      ordered();
-      const auto in = readable(in_buf);
-      const auto out = writable(out_buf, collective::all_reduce, "out");
-      using T = detail::element_of<Out>;
-      if (in.size() != out.size())
-        usage(what(collective::all_reduce) + ": in has " + std::to_string(in.size()) + " elements but out has " +
-              std::to_string(out.size()));
-      check_disjoint(in, out, collective::all_reduce, /*allow_same=*/true);
-      static_assert(supports<A, collective::all_reduce>,
-                    "tutti: this algorithm has no all_reduce schedule (see the table in README.md)");
-      auto fp = next_fp(collective::all_reduce, dtype_of<T>(), in.size(), -1, op_traits<Op>::id());
-      // An algorithm with an out-of-place schedule reads `in` itself; the others work in place on
-      // `out`, after one copy.
-      auto body = [&](const auto& alg, auto& ch) {
-        if constexpr (all_reduce_out_of_place<std::remove_cvref_t<decltype(alg)>, std::remove_cvref_t<decltype(ch)>, T,
-                                              decltype(kernel_op(op))>) {
-          alg.all_reduce(ch, in, out, kernel_op(op));
-        } else {
-          ch.copy(in, out);
-          alg.all_reduce(ch, out, kernel_op(op));
-        }
-      };
-      if (size() == 1) copy(in, out);
-      else run<collective::all_reduce>(a, fp, in.size_bytes(), body);
-      finish(out, op);
-    });
-  }
-
-  /// Root's `out` (size() · in.size() elements, rank i's block at i · in.size()) gets every
-  /// rank's `in`; `out` is ignored (may be empty) elsewhere.
-  template <class Algo = algo::inherit, viewable In, viewable Out>
-    requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
-  auto gather(In&& in_buf, Out&& out_buf, int root, const Algo& arg = {}) {
-    return with_stream(arg, [&](const auto& a) {
-      using A = std::remove_cvref_t<decltype(a)>;
-      ordered();
-      const auto in = readable(in_buf);
-      const auto out = writable(out_buf, collective::gather, "out");
-      using T = detail::element_of<Out>;
-      static_assert(supports<A, collective::gather>,
-                    "tutti: this algorithm has no gather schedule (see the table in README.md); "
-                    "use tutti::algo::tree, direct or automatic");
-      check_root(root, collective::gather);
-      if (rank() == root) {
-        check_size(out.size(), in.size() * size_t_size(), "out", "size() * in.size()", collective::gather);
-        check_disjoint_or_own_block(in, out, in.size() * static_cast<std::size_t>(rank()), collective::gather);
-      }
-      auto fp = next_fp(collective::gather, dtype_of<T>(), in.size(), root, 0);
-      if (size() == 1) return copy(in, out.subview(0, in.size()));
-      run<collective::gather>(a, fp, in.size_bytes(), [&](const auto& alg, auto& ch) { alg.gather(ch, in, out, root); });
-    });
-  }
-
-  /// Every rank's `out` (size() · in.size() elements) gets every rank's `in`, in rank order.
-  template <class Algo = algo::inherit, viewable In, viewable Out>
-    requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
-  auto all_gather(In&& in_buf, Out&& out_buf, const Algo& arg = {}) {
-    return with_stream(arg, [&](const auto& a) {
-      using A = std::remove_cvref_t<decltype(a)>;
-      ordered();
-      const auto in = readable(in_buf);
-      const auto out = writable(out_buf, collective::all_gather, "out");
-      using T = detail::element_of<Out>;
-      static_assert(supports<A, collective::all_gather>,
-                    "tutti: this algorithm has no all_gather schedule (see the table in README.md)");
-      check_size(out.size(), in.size() * size_t_size(), "out", "size() * in.size()", collective::all_gather);
-      check_disjoint_or_own_block(in, out, in.size() * static_cast<std::size_t>(rank()), collective::all_gather);
-      auto fp = next_fp(collective::all_gather, dtype_of<T>(), in.size(), -1, 0);
-      if (size() == 1) return copy(in, out);
-      run<collective::all_gather>(a, fp, in.size_bytes(), [&](const auto& alg, auto& ch) { alg.all_gather(ch, in, out); });
-    });
-  }
-
-  /// Rank i's `out` gets block i of root's `in` (size() · out.size() elements); `in` is ignored
-  /// (may be empty) elsewhere.
-  template <class Algo = algo::inherit, viewable In, viewable Out>
-    requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
-  auto scatter(In&& in_buf, Out&& out_buf, int root, const Algo& arg = {}) {
-    return with_stream(arg, [&](const auto& a) {
-      using A = std::remove_cvref_t<decltype(a)>;
-      ordered();
-      const auto in = readable(in_buf);
-      const auto out = writable(out_buf, collective::scatter, "out");
-      using T = detail::element_of<Out>;
-      static_assert(supports<A, collective::scatter>,
-                    "tutti: this algorithm has no scatter schedule (see the table in README.md); "
-                    "use tutti::algo::tree, direct or automatic");
-      check_root(root, collective::scatter);
-      if (rank() == root) {
-        check_size(in.size(), out.size() * size_t_size(), "in", "size() * out.size()", collective::scatter);
-        check_disjoint_or_own_block(view<const T, memory>(out), view<const T, memory>(in),
-                                    out.size() * static_cast<std::size_t>(rank()), collective::scatter);
-      }
-      auto fp = next_fp(collective::scatter, dtype_of<T>(), out.size(), root, 0);
-      if (size() == 1) return copy(in.subview(0, out.size()), out);
-      run<collective::scatter>(a, fp, out.size_bytes(), [&](const auto& alg, auto& ch) { alg.scatter(ch, in, out, root); });
-    });
-  }
-
-  /// Rank j's block i of `out` gets rank i's block j of `in`; `in` and `out` have the same size,
-  /// a multiple of size(), and must not overlap.
-  template <class Algo = algo::inherit, viewable In, viewable Out>
-    requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
-  auto all_to_all(In&& in_buf, Out&& out_buf, const Algo& arg = {}) {
-    return with_stream(arg, [&](const auto& a) {
-      using A = std::remove_cvref_t<decltype(a)>;
-      ordered();
-      const auto in = readable(in_buf);
-      const auto out = writable(out_buf, collective::all_to_all, "out");
-      using T = detail::element_of<Out>;
-      static_assert(supports<A, collective::all_to_all>,
-                    "tutti: this algorithm has no all_to_all schedule (see the table in README.md); "
-                    "use tutti::algo::direct or automatic");
-      check_size(out.size(), in.size(), "out", "in.size()", collective::all_to_all);
-      if (in.size() % size_t_size() != 0)
-        usage(what(collective::all_to_all) + ": in has " + std::to_string(in.size()) +
-              " elements, not a multiple of the group size " + std::to_string(size()));
-      check_disjoint(in, out, collective::all_to_all, /*allow_same=*/false);
-      auto fp = next_fp(collective::all_to_all, dtype_of<T>(), in.size(), -1, 0);
-      if (size() == 1) return copy(in, out);
-      run<collective::all_to_all>(a, fp, in.size_bytes() / size_t_size(), [&](const auto& alg, auto& ch) { alg.all_to_all(ch, in, out); });
-    });
-  }
-
-  /// Rank i's `out` gets block i of the reduction of every rank's `in` (size() · out.size()
-  /// elements); `in` and `out` must not overlap.
-  template <class Algo = algo::inherit, viewable In, viewable Out, class Op = op::sum>
-    requires std::same_as<detail::element_of<In>, detail::element_of<Out>> && reduce_op<Op, detail::element_of<Out>>
-  auto reduce_scatter(In&& in_buf, Out&& out_buf, const Op& op = {}, const Algo& arg = {}) {
-    return with_stream(arg, [&](const auto& a) {
-      using A = std::remove_cvref_t<decltype(a)>;
-      ordered();
-      const auto in = readable(in_buf);
-      const auto out = writable(out_buf, collective::reduce_scatter, "out");
-      using T = detail::element_of<Out>;
-      static_assert(supports<A, collective::reduce_scatter>,
-                    "tutti: this algorithm has no reduce_scatter schedule (see the table in README.md)");
-      check_size(in.size(), out.size() * size_t_size(), "in", "size() * out.size()", collective::reduce_scatter);
-      check_disjoint(in, out, collective::reduce_scatter, /*allow_same=*/false);
-      auto fp = next_fp(collective::reduce_scatter, dtype_of<T>(), out.size(), -1, op_traits<Op>::id());
-      if (size() == 1) copy(in, out);
-      else run<collective::reduce_scatter>(a, fp, in.size_bytes(), [&](const auto& alg, auto& ch) { alg.reduce_scatter(ch, in, out, kernel_op(op)); });
-      finish(out, op);
-    });
-  }
-
-  /// Returns once every rank of the group has entered the barrier.
-  template <class Algo = algo::inherit>
-  auto barrier(const Algo& arg = {}) {
-    return with_stream(arg, [&](const auto& a) {
-      using A = std::remove_cvref_t<decltype(a)>;
-      ordered();
-      static_assert(supports<A, collective::barrier>, "tutti: this algorithm has no barrier schedule");
-      auto fp = next_fp(collective::barrier, dtype_of<char>(), 0, -1, 0);
-      if (size() == 1) return;
-      run<collective::barrier>(a, fp, 0, [&](const auto& alg, auto& ch) { alg.barrier(ch); });
-    });
-  }
-
-  // ---- v-collectives: a count per rank -----------------------------------------------------
-  // Counts are elements, one per rank of the group, 64-bit; blocks lie in rank order at the
-  // prefix sums of the counts (`tutti::displacements`); zero counts are valid. Disagreement is a
-  // `mismatch_error` naming both ranks and both values (counts that differ where every rank
-  // passes them; a view whose size is not this rank's count; all_to_all_v's send_counts[j] of
-  // rank i against rank j's recv_counts[i]); what a rank can see alone is a `usage_error`.
-
-  /// Rank i contributes `counts[i]` elements (`in`, exactly that many); every rank's `out` (at
-  /// least the sum of the counts) gets every block in rank order. Every rank passes the same
-  /// counts. `in` may be this rank's own block of `out` (in place).
-  template <class Algo = algo::inherit, viewable In, viewable Out>
-    requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
-  auto all_gather_v(In&& in_buf, Out&& out_buf, std::span<const std::size_t> counts, const Algo& arg = {}) {
-    return with_stream(arg, [&](const auto& a) {
-      using A = std::remove_cvref_t<decltype(a)>;
-      ordered();
-      constexpr auto C = collective::all_gather_v;
-      const auto in = readable(in_buf);
-      const auto out = writable(out_buf, C, "out");
-      using T = detail::element_of<Out>;
-      static_assert(supports<A, C>, "tutti: this algorithm has no all_gather_v schedule (see the table in README.md); "
-                                       "use tutti::algo::ring, direct or automatic");
-      const block_counts b = blocks(counts, "counts", C, offsets_a_);
-      check_room(out.size(), b.total, "out", "the sum of the counts", C);
-      check_disjoint_or_own_block(in, out, b.offset(rank()), C);
-      auto fp = next_fp(C, dtype_of<T>(), b.total, -1, 0);
-      fp.shape = counts_digest(counts);
-      if (in.size() != b.count(rank()))
-        own_count_mismatch(fp, "in", in.size(), b.count(rank()),
-                           ", the count " + other_ranks() + " expect from rank " + std::to_string(rank()));
-      if (size() == 1) return copy(in, out);
-      run<C>(a, fp, b.largest * sizeof(T), [&](const auto& alg, auto& ch) { alg.all_gather_v(ch, in, out, b); });
-    });
-  }
-
-  /// Root's `out` (at least the sum of the counts) gets rank i's `in` (`counts[i]` elements) as
-  /// block i. The counts matter at the root; the others may pass an empty span (or the root's
-  /// counts). `in` may be the root's own block of `out`.
-  template <class Algo = algo::inherit, viewable In, viewable Out>
-    requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
-  auto gather_v(In&& in_buf, Out&& out_buf, std::span<const std::size_t> counts, int root, const Algo& arg = {}) {
-    return with_stream(arg, [&](const auto& a) {
-      using A = std::remove_cvref_t<decltype(a)>;
-      ordered();
-      constexpr auto C = collective::gather_v;
-      const auto in = readable(in_buf);
-      const auto out = writable(out_buf, C, "out");
-      using T = detail::element_of<Out>;
-      static_assert(supports<A, C>, "tutti: this algorithm has no gather_v schedule (see the table in README.md); "
-                                       "use tutti::algo::direct or automatic");
-      check_root(root, C);
-      const bool at_root = rank() == root;
-      const block_counts b = at_root || !counts.empty() ? blocks(counts, "counts", C, offsets_a_) : block_counts{};
-      if (at_root) {
-        check_room(out.size(), b.total, "out", "the sum of the counts", C);
-        check_disjoint_or_own_block(in, out, b.offset(rank()), C);
-      }
-      auto fp = next_fp(C, dtype_of<T>(), 0, root, 0);
-      if (b.size() && in.size() != b.count(rank()))
-        own_count_mismatch(fp, "in", in.size(), b.count(rank()), at_root ? "" : not_root_counts(root, "expects"));
-      if (size() == 1) return copy(in, out.subview(0, in.size()));
-      run<C>(a, fp, 0, [&](const auto& alg, auto& ch) { alg.gather_v(ch, in, out, b, root); });
-    });
-  }
-
-  /// Rank i's `out` (`counts[i]` elements) gets block i of root's `in` (at least the sum of the
-  /// counts). The counts matter at the root; the others may pass an empty span. `out` may be
-  /// the root's own block of `in`.
-  template <class Algo = algo::inherit, viewable In, viewable Out>
-    requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
-  auto scatter_v(In&& in_buf, std::span<const std::size_t> counts, Out&& out_buf, int root, const Algo& arg = {}) {
-    return with_stream(arg, [&](const auto& a) {
-      using A = std::remove_cvref_t<decltype(a)>;
-      ordered();
-      constexpr auto C = collective::scatter_v;
-      const auto in = readable(in_buf);
-      const auto out = writable(out_buf, C, "out");
-      using T = detail::element_of<Out>;
-      static_assert(supports<A, C>, "tutti: this algorithm has no scatter_v schedule (see the table in README.md); "
-                                       "use tutti::algo::direct or automatic");
-      check_root(root, C);
-      const bool at_root = rank() == root;
-      const block_counts b = at_root || !counts.empty() ? blocks(counts, "counts", C, offsets_a_) : block_counts{};
-      if (at_root) {
-        check_room(in.size(), b.total, "in", "the sum of the counts", C);
-        check_disjoint_or_own_block(view<const T, memory>(out), view<const T, memory>(in), b.offset(rank()), C);
-      }
-      auto fp = next_fp(C, dtype_of<T>(), 0, root, 0);
-      if (b.size() && out.size() != b.count(rank()))
-        own_count_mismatch(fp, "out", out.size(), b.count(rank()), at_root ? "" : not_root_counts(root, "sends"));
-      if (size() == 1) return copy(in.subview(0, out.size()), out);
-      run<C>(a, fp, 0, [&](const auto& alg, auto& ch) { alg.scatter_v(ch, in, b, out, root); });
-    });
-  }
-
-  /// Block j of `in` (`send_counts[j]` elements, at the prefix sum) goes to rank j; block i of
-  /// `out` (`recv_counts[i]` elements) comes from rank i. Rank i's send_counts[j] must equal rank
-  /// j's recv_counts[i]. `in` and `out` must not overlap.
-  template <class Algo = algo::inherit, viewable In, viewable Out>
-    requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
-  auto all_to_all_v(In&& in_buf, std::span<const std::size_t> send_counts, Out&& out_buf,
-                    std::span<const std::size_t> recv_counts, const Algo& arg = {}) {
-    return with_stream(arg, [&](const auto& a) {
-      using A = std::remove_cvref_t<decltype(a)>;
-      ordered();
-      constexpr auto C = collective::all_to_all_v;
-      const auto in = readable(in_buf);
-      const auto out = writable(out_buf, C, "out");
-      using T = detail::element_of<Out>;
-      static_assert(supports<A, C>, "tutti: this algorithm has no all_to_all_v schedule (see the table in README.md); "
-                                       "use tutti::algo::direct or automatic");
-      const block_counts s = blocks(send_counts, "send_counts", C, offsets_a_);
-      const block_counts r = blocks(recv_counts, "recv_counts", C, offsets_b_);
-      check_room(in.size(), s.total, "in", "the sum of send_counts", C);
-      check_room(out.size(), r.total, "out", "the sum of recv_counts", C);
-      if (s.count(rank()) != r.count(rank()))
-        usage(what(C) + ": send_counts[" + std::to_string(rank()) + "] = " + std::to_string(s.count(rank())) +
-              " but recv_counts[" + std::to_string(rank()) + "] = " + std::to_string(r.count(rank())) +
-              " (this rank's block to itself)");
-      check_disjoint(in.subview(0, s.total), out.subview(0, r.total), C, /*allow_same=*/false);
-      auto fp = next_fp(C, dtype_of<T>(), 0, -1, 0);
-      if (size() == 1) return copy(in.subview(0, s.total), out);
-      run<C>(a, fp, 0, [&](const auto& alg, auto& ch) { alg.all_to_all_v(ch, in, s, out, r); });
-    });
-  }
-
-  /// `in` holds the sum of the counts; rank i's `out` (`counts[i]` elements) gets block i of the
-  /// reduction of every rank's `in`. Every rank passes the same counts; `in` and `out` must not
-  /// overlap.
-  template <class Algo = algo::inherit, viewable In, viewable Out, class Op = op::sum>
-    requires std::same_as<detail::element_of<In>, detail::element_of<Out>> && reduce_op<Op, detail::element_of<Out>>
-  auto reduce_scatter_v(In&& in_buf, Out&& out_buf, std::span<const std::size_t> counts, const Op& op = {},
-                        const Algo& arg = {}) {
-    return with_stream(arg, [&](const auto& a) {
-      using A = std::remove_cvref_t<decltype(a)>;
-      ordered();
-      constexpr auto C = collective::reduce_scatter_v;
-      const auto in = readable(in_buf);
-      const auto out = writable(out_buf, C, "out");
-      using T = detail::element_of<Out>;
-      static_assert(supports<A, C>, "tutti: this algorithm has no reduce_scatter_v schedule (see the table in "
-                                       "README.md); use tutti::algo::ring, direct or automatic");
-      const block_counts b = blocks(counts, "counts", C, offsets_a_);
-      if (in.size() != b.total)
-        usage(what(C) + ": in has " + std::to_string(in.size()) + " elements, but the counts sum to " +
-              std::to_string(b.total));
-      check_disjoint(in, out, C, /*allow_same=*/false);
-      auto fp = next_fp(C, dtype_of<T>(), b.total, -1, op_traits<Op>::id());
-      fp.shape = counts_digest(counts);
-      if (out.size() != b.count(rank()))
-        own_count_mismatch(fp, "out", out.size(), b.count(rank()),
-                           ", the block " + other_ranks() + " reduce for rank " + std::to_string(rank()));
-      if (size() == 1) copy(in, out);
-      else run<C>(a, fp, b.largest * sizeof(T), [&](const auto& alg, auto& ch) { alg.reduce_scatter_v(ch, in, out, b, kernel_op(op)); });
-      finish(out, op);
-    });
-  }
-
   /// Every rank's `n` in rank order: the counts of a v-collective when each rank knows only its
   /// own (one all_gather of one 64-bit word per rank).
   std::vector<std::size_t> all_gather_counts(std::size_t n) {
     std::vector<std::uint64_t> all(size_t_size());
     const std::uint64_t mine = n;
     if constexpr (std::is_same_v<memory, host_memory>) {
-      all_gather(view<const std::uint64_t>(&mine, 1), view<std::uint64_t>(all));
+      this->all_gather(view<const std::uint64_t>(&mine, 1), view<std::uint64_t>(all));
     } else {  // counts live on the host: the transport's host-side exchange
       ordered();
       auto fp = next_fp(collective::all_gather, dtype_of<std::uint64_t>(), 1, -1, 0);
@@ -669,7 +240,7 @@ class communicator {
                   "tutti: recv's fourth argument is a stream of the communicator's transport");
     return with_stream(stream, [&](const auto&) {
       ordered();
-      const auto data = writable(data_buf, collective::send_recv, "data");
+      const auto data = writable(data_buf);
       using T = detail::element_of<B>;
       check_peer(peer, tag, "recv");
       channel<Transport> ch(t_, p2p_fp(dtype_of<T>(), data.size(), tag), "p2p", cfg_.timeout, scratch_, aborted_.get());
@@ -677,152 +248,12 @@ class communicator {
     });
   }
 
-  // ---- non-blocking twins ------------------------------------------------------------------
-  // Each posts its blocking twin, with the same arguments, to this communicator's progress
-  // engine and returns at once; see tutti::request. The buffers (and the counts of the
-  // v-collectives) must stay valid, and the inputs unchanged, until the request completes. A
-  // temporary container is refused at compile time.
-
-  template <class Algo = algo::inherit, viewable B>
-  request ibroadcast(B&& buf, int root, const Algo& a = {}) {
-    static_assert(detail::lasting<B>,
-                  "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
-    auto v = writable(buf, collective::broadcast, "buf");
-    return post([this, v, root, a] { broadcast(v, root, a); });
-  }
-  template <class Algo = algo::inherit, viewable B, class Op = op::sum>
-    requires reduce_op<Op, detail::element_of<B>>
-  request ireduce(B&& buf, int root, const Op& op = {}, const Algo& a = {}) {
-    static_assert(detail::lasting<B>,
-                  "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
-    auto v = writable(buf, collective::reduce, "buf");
-    return post([this, v, root, op, a] { reduce(v, root, op, a); });
-  }
-  template <class Algo = algo::inherit, viewable B, class Op = op::sum>
-    requires reduce_op<Op, detail::element_of<B>>
-  request iall_reduce(B&& buf, const Op& op = {}, const Algo& a = {}) {
-    static_assert(detail::lasting<B>,
-                  "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
-    auto v = writable(buf, collective::all_reduce, "buf");
-    using T = detail::element_of<B>;
-    auto t = std::make_unique<reduce_task<T, Op, Algo>>(this, v, op, a);
-    auto state = t->state;
-    if (fusing_ && v.size_bytes() <= fusion_piece_bytes && fuses_exactly<T, Op>()) held_.push_back({std::move(t), &reduce_task<T, Op, Algo>::kind, v.size_bytes(), &reduce_task<T, Op, Algo>::fuse});
-    else submit(std::move(t));
-    return request(std::move(state));
-  }
-  template <class Algo = algo::inherit, viewable In, viewable Out, class Op = op::sum>
-    requires std::same_as<detail::element_of<In>, detail::element_of<Out>> && reduce_op<Op, detail::element_of<Out>>
-  request iall_reduce(In&& in_buf, Out&& out_buf, const Op& op = {}, const Algo& a = {}) {
-    static_assert(detail::lasting<In> && detail::lasting<Out>,
-                  "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
-    auto in = readable(in_buf);
-    auto out = writable(out_buf, collective::all_reduce, "out");
-    return post([this, in, out, op, a] { all_reduce(in, out, op, a); });
-  }
-  template <class Algo = algo::inherit, viewable In, viewable Out>
-    requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
-  request igather(In&& in_buf, Out&& out_buf, int root, const Algo& a = {}) {
-    static_assert(detail::lasting<In> && detail::lasting<Out>,
-                  "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
-    auto in = readable(in_buf);
-    auto out = writable(out_buf, collective::gather, "out");
-    return post([this, in, out, root, a] { gather(in, out, root, a); });
-  }
-  template <class Algo = algo::inherit, viewable In, viewable Out>
-    requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
-  request iall_gather(In&& in_buf, Out&& out_buf, const Algo& a = {}) {
-    static_assert(detail::lasting<In> && detail::lasting<Out>,
-                  "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
-    auto in = readable(in_buf);
-    auto out = writable(out_buf, collective::all_gather, "out");
-    return post([this, in, out, a] { all_gather(in, out, a); });
-  }
-  template <class Algo = algo::inherit, viewable In, viewable Out>
-    requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
-  request iscatter(In&& in_buf, Out&& out_buf, int root, const Algo& a = {}) {
-    static_assert(detail::lasting<In> && detail::lasting<Out>,
-                  "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
-    auto in = readable(in_buf);
-    auto out = writable(out_buf, collective::scatter, "out");
-    return post([this, in, out, root, a] { scatter(in, out, root, a); });
-  }
-  template <class Algo = algo::inherit, viewable In, viewable Out>
-    requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
-  request iall_to_all(In&& in_buf, Out&& out_buf, const Algo& a = {}) {
-    static_assert(detail::lasting<In> && detail::lasting<Out>,
-                  "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
-    auto in = readable(in_buf);
-    auto out = writable(out_buf, collective::all_to_all, "out");
-    return post([this, in, out, a] { all_to_all(in, out, a); });
-  }
-  template <class Algo = algo::inherit, viewable In, viewable Out, class Op = op::sum>
-    requires std::same_as<detail::element_of<In>, detail::element_of<Out>> && reduce_op<Op, detail::element_of<Out>>
-  request ireduce_scatter(In&& in_buf, Out&& out_buf, const Op& op = {}, const Algo& a = {}) {
-    static_assert(detail::lasting<In> && detail::lasting<Out>,
-                  "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
-    auto in = readable(in_buf);
-    auto out = writable(out_buf, collective::reduce_scatter, "out");
-    return post([this, in, out, op, a] { reduce_scatter(in, out, op, a); });
-  }
-  template <class Algo = algo::inherit>
-  request ibarrier(const Algo& a = {}) {
-    return post([this, a] { barrier(a); });
-  }
-  template <class Algo = algo::inherit, viewable In, viewable Out>
-    requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
-  request iall_gather_v(In&& in_buf, Out&& out_buf, std::span<const std::size_t> counts, const Algo& a = {}) {
-    static_assert(detail::lasting<In> && detail::lasting<Out>,
-                  "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
-    auto in = readable(in_buf);
-    auto out = writable(out_buf, collective::all_gather_v, "out");
-    return post([this, in, out, counts, a] { all_gather_v(in, out, counts, a); });
-  }
-  template <class Algo = algo::inherit, viewable In, viewable Out>
-    requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
-  request igather_v(In&& in_buf, Out&& out_buf, std::span<const std::size_t> counts, int root, const Algo& a = {}) {
-    static_assert(detail::lasting<In> && detail::lasting<Out>,
-                  "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
-    auto in = readable(in_buf);
-    auto out = writable(out_buf, collective::gather_v, "out");
-    return post([this, in, out, counts, root, a] { gather_v(in, out, counts, root, a); });
-  }
-  template <class Algo = algo::inherit, viewable In, viewable Out>
-    requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
-  request iscatter_v(In&& in_buf, std::span<const std::size_t> counts, Out&& out_buf, int root, const Algo& a = {}) {
-    static_assert(detail::lasting<In> && detail::lasting<Out>,
-                  "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
-    auto in = readable(in_buf);
-    auto out = writable(out_buf, collective::scatter_v, "out");
-    return post([this, in, counts, out, root, a] { scatter_v(in, counts, out, root, a); });
-  }
-  template <class Algo = algo::inherit, viewable In, viewable Out>
-    requires std::same_as<detail::element_of<In>, detail::element_of<Out>>
-  request iall_to_all_v(In&& in_buf, std::span<const std::size_t> send_counts, Out&& out_buf,
-                        std::span<const std::size_t> recv_counts, const Algo& a = {}) {
-    static_assert(detail::lasting<In> && detail::lasting<Out>,
-                  "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
-    auto in = readable(in_buf);
-    auto out = writable(out_buf, collective::all_to_all_v, "out");
-    return post([this, in, send_counts, out, recv_counts, a] { all_to_all_v(in, send_counts, out, recv_counts, a); });
-  }
-  template <class Algo = algo::inherit, viewable In, viewable Out, class Op = op::sum>
-    requires std::same_as<detail::element_of<In>, detail::element_of<Out>> && reduce_op<Op, detail::element_of<Out>>
-  request ireduce_scatter_v(In&& in_buf, Out&& out_buf, std::span<const std::size_t> counts, const Op& op = {},
-                            const Algo& a = {}) {
-    static_assert(detail::lasting<In> && detail::lasting<Out>,
-                  "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
-    auto in = readable(in_buf);
-    auto out = writable(out_buf, collective::reduce_scatter_v, "out");
-    return post([this, in, out, counts, op, a] { reduce_scatter_v(in, out, counts, op, a); });
-  }
-
   /// `send`, posted. Outside a batch, point-to-point operations run like the others, one at a
   /// time in the order posted: a posted `recv` waits for its message before anything posted
   /// after it starts, so two ranks that both send first a message larger than the transport
   /// buffers wait on each other (the later one times out naming the peer). Posted inside a
   /// batch (`fuse()`, like ncclGroupStart/End), a run of sends and receives goes as one group
-  /// that never deadlocks (see `p2p_group_task`): `auto b = comm.fuse(); auto s =
+  /// that never deadlocks (see `run_p2p`): `auto b = comm.fuse(); auto s =
   /// comm.isend(x, right); auto r = comm.irecv(y, left); b.post();`.
   template <viewable B>
   request isend(B&& data_buf, int peer, int tag = 0) {
@@ -840,7 +271,7 @@ class communicator {
   request irecv(B&& data_buf, int peer, int tag = 0) {
     static_assert(detail::lasting<B>,
                   "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
-    auto data = writable(data_buf, collective::send_recv, "data");
+    auto data = writable(data_buf);
     using T = detail::element_of<B>;
     if (fusing_)
       return hold_p2p({false, peer, tag, p2p_fp(dtype_of<T>(), data.size(), tag),
@@ -986,19 +417,25 @@ class communicator {
 
   /// Which algorithm a collective `c` of `bytes` would run on this communicator, and why: the
   /// line `TUTTI_DEBUG=info` prints per call. `bytes` as the collective's `size_basis` says:
-  /// the whole buffer (broadcast, reduce, all_reduce, reduce_scatter's input), one rank's block
-  /// (gather, all_gather, scatter, all_to_all), the largest block (all_gather_v,
+  /// the whole buffer (broadcast, reduce, all_reduce, the scans, reduce_scatter's input), one
+  /// rank's block (gather, all_gather, scatter, all_to_all), the largest block (all_gather_v,
   /// reduce_scatter_v), 0 (barrier, and the v-collectives no rank knows every size of). Local:
   /// no communication.
   std::string explain(collective c, std::size_t bytes) const {
-    if (static_cast<std::size_t>(c) >= scheduled_count)
+    if (!is_collective(static_cast<std::uint8_t>(c)) || !info(c).scheduled)
       throw usage_error("explain: " + std::string(collective_name(c)) + " is not a collective an algorithm schedules");
     if constexpr (detail::is_automatic<Algorithm>::value) {
       if (size() == 1) return std::string(collective_name(c)) + " on 1 rank: nothing to communicate";
       std::string why;
       const std::size_t i = algo_.choose(*plan_, c, bytes, &why);
+      if (!plan_->runs[i][static_cast<std::size_t>(c)])
+        return std::string(collective_name(c)) + " of " + std::to_string(bytes) + " bytes on " + std::to_string(size()) +
+               " ranks: no candidate of this communicator's automatic has a schedule for it on this transport";
       return explain_text(c, bytes, Algorithm::names[i], why);
     } else {
+      if (!with_collective(c, [](auto cc) { return algorithm_for<Algorithm, decltype(cc)::value, Transport>; }))
+        return std::string(collective_name(c)) + ": " + std::string(Algorithm::name) +
+               " (the communicator's algorithm) has no schedule for it on this transport";
       return std::string(collective_name(c)) + " of " + std::to_string(bytes) + " bytes on " + std::to_string(size()) +
              " ranks: " + std::string(Algorithm::name) + " (the communicator's algorithm; automatic would consult TUTTI_ALGO)";
     }
@@ -1007,21 +444,84 @@ class communicator {
   /// The context id of this communicator (0 for the world).
   std::uint64_t context() const noexcept { return context_; }
 
+  /// Collective `C` of the table with the arguments `d` describes (see `call_desc`), run with
+  /// `arg` (an algorithm, or a stream of a `stream_ordered` transport): what every collective
+  /// member runs, for code that loops over the table (`for_each_collective`).
+  template <collective C, class T, class Op = algo::no_op, class Arg = algo::inherit>
+  auto call(const call_desc<T, memory, Op>& d, const Arg& arg = {});
+  /// `call<C>(d, a)` posted to the progress engine (the `i` twins); `d`'s buffers and counts
+  /// must outlive the request.
+  template <collective C, class T, class Op = algo::no_op, class Algo = algo::inherit>
+  request icall(const call_desc<T, memory, Op>& d, const Algo& a = {});
+
  private:
   template <tutti::transport, tutti::algorithm>
   friend class communicator;  // a split with another algorithm sets its group's context
+  friend class collective_calls<communicator, memory>;
+  template <class, class, class, class, class>
+  friend struct detail::reduce_task;
+  template <class, class, class, class, class>
+  friend struct detail::fused_task;
+  template <class>
+  friend struct detail::p2p_task;
+  template <class>
+  friend struct detail::p2p_group_task;
+
+  template <class T, class Op = algo::no_op>
+  using desc = call_desc<T, memory, Op>;
+
+  // ---- the call path (group/call_path.hpp) ----------------------------------------------------
 
   template <class Algo>
   using resolved = std::conditional_t<std::is_same_v<Algo, algo::inherit>, Algorithm, Algo>;
-
   template <class Algo, collective C>
   static constexpr bool supports = algorithm_for<resolved<Algo>, C, Transport>;
 
-  template <class Algo>
-  const resolved<Algo>& pick(const Algo& a) const {
-    if constexpr (std::is_same_v<Algo, algo::inherit>) return algo_;
-    else return a;
+  /// iall_reduce in place: posted, or held for fusion in a batch.
+  template <class Algo, class T, class Op>
+  request post_all_reduce(const Algo& a, const desc<T, Op>& d);
+  template <class T, class Op>
+  static desc<T, Op> in_place_desc(view<T, memory> v, const Op& op) {
+    return {view<const T, memory>(v), v, -1, {}, {}, op, true};
   }
+
+  template <collective C, class A, class T, class Op>
+  void run_call(const A& a, const desc<T, Op>& d);
+  /// The schedule of `C` with the resolved algorithm (automatic: the one it chooses).
+  template <collective C, class A, class X>
+  void run(const A& a, fingerprint fp, std::size_t bytes, const X& x);
+  /// Runs a schedule of tutti's on erased elements (`detail::elem<S>`, `detail::erased_op`):
+  /// compiled once per element size, not per element type and op. `candidate`: automatic's
+  /// choice (ignored for a concrete algorithm).
+  template <collective C, std::size_t S, class A>
+  void run_erased(const A& a, std::size_t candidate, fingerprint fp,
+                  const algo::call_args<detail::elem<S>, memory, detail::erased_op>& x);
+  template <collective C, class A, class X>
+  void execute(const A& a, fingerprint fp, const X& x);
+  template <collective C, class A, class Ch, class X>
+  static void schedule(const A& a, Ch& ch, const X& x);
+
+  /// Whether a call of `C` reaches schedules on erased elements: host memory, and not a
+  /// transport's own collectives (`algo::native` needs the types to map them).
+  template <class A, collective C>
+  static constexpr bool runs_erased() {
+    if constexpr (!std::is_same_v<memory, host_memory> || own_memory<Transport> || detail::needs_types<A>())
+      return false;
+    else
+      return algorithm_for<A, C, Transport> &&
+             schedule_probe_erased<A, C, channel<Transport>>();
+  }
+
+  TUTTI_COLD std::string explain_text(collective c, std::size_t bytes, std::string_view name, const std::string& why) const {
+    return std::string(collective_name(c)) + " of " + std::to_string(bytes) + " bytes on " + std::to_string(size()) +
+           " ranks: " + std::string(name) + " (" + why + ")";
+  }
+
+  /// The plan of automatic_of type `A` (this communicator's own algorithm's, or the default's).
+  template <class A>
+  const typename A::plan& plan_for() const;
+  /// Parses TUTTI_ALGO once (`config_error` at construction when malformed).
+  void make_plans();
 
   // ---- the progress engine --------------------------------------------------------------------
 
@@ -1031,16 +531,8 @@ class communicator {
     if (engine_.busy()) engine_.drain();
   }
 
-  using task_ptr = std::unique_ptr<detail::progress_engine::task>;
-  /// An operation a batch holds: `kind` and `fuse` for an all_reduce that may fuse with its
-  /// neighbours of the same kind (element type, op, algorithm).
-  struct held_op {
-    task_ptr t;
-    const void* kind = nullptr;
-    std::size_t bytes = 0;
-    task_ptr (*fuse)(communicator*, std::vector<task_ptr>&&) = nullptr;
-    bool p2p = false;  // a send or receive (p2p_task): runs of them go as one p2p_group_task
-  };
+  using task_ptr = detail::task_ptr;
+  using held_op = detail::held_op<communicator>;
   static constexpr std::size_t fusion_piece_bytes = std::size_t{256} << 10;
 
   /// Whether a fused all_reduce gives every element bitwise what the separate calls give: the
@@ -1054,7 +546,7 @@ class communicator {
     if constexpr (!std::is_same_v<memory, host_memory>)
       return false;  // the packed buffer is host memory
     else if constexpr (std::is_same_v<Op, op::min> || std::is_same_v<Op, op::max> || std::is_same_v<Op, op::band> ||
-                  std::is_same_v<Op, op::bor> || std::is_same_v<Op, op::bxor>)
+                       std::is_same_v<Op, op::bor> || std::is_same_v<Op, op::bxor>)
       return true;
     else if constexpr (std::is_same_v<Op, op::sum> || std::is_same_v<Op, op::prod> || std::is_same_v<Op, op::avg>)
       return std::is_integral_v<T> || size() <= 2;
@@ -1072,7 +564,7 @@ class communicator {
   void enqueue(task_ptr t) { engine_.get(recorder_.waiting()).post(std::move(t)); }
   template <class F>
   request post(F f) {
-    auto t = std::make_unique<detail::task_of<F>>(std::move(f));
+    auto t = std::make_unique<detail::posted_task<F>>(std::move(f));
     auto state = t->state;
     submit(std::move(t));
     return request(std::move(state));
@@ -1093,45 +585,18 @@ class communicator {
       std::vector<task_ptr> run;
       for (std::size_t k = i; k < j; ++k) run.push_back(std::move(held[k].t));
       if (n == 1) enqueue(std::move(run.front()));
-      else if (held[i].p2p) enqueue(std::make_unique<p2p_group_task>(this, std::move(run)));
+      else if (held[i].p2p) enqueue(std::make_unique<detail::p2p_group_task<communicator>>(this, std::move(run)));
       else enqueue(held[i].fuse(this, std::move(run)));
       i = j;
     }
   }
 
-  /// A send or receive, type-erased (its fingerprint says the dtype, count and tag).
-  struct p2p_op {
-    bool send;
-    int peer, tag;
-    fingerprint fp;
-    std::byte* data;  // read only for a send
-    std::size_t bytes;
-  };
-  /// A send or receive posted in a batch.
-  struct p2p_task final : detail::progress_engine::task {
-    p2p_task(communicator* c_, const p2p_op& o) : c(c_), op(o) {}
-    void run() override { c->run_p2p(std::span<const p2p_op>(&op, 1)); }
-    communicator* c;
-    p2p_op op;
-  };
-  request hold_p2p(const p2p_op& o) {
-    auto t = std::make_unique<p2p_task>(this, o);
+  request hold_p2p(const detail::p2p_op& o) {
+    auto t = std::make_unique<detail::p2p_task<communicator>>(this, o);
     auto state = t->state;
     held_.push_back({std::move(t), nullptr, 0, nullptr, true});
     return request(std::move(state));
   }
-  /// A run of sends and receives posted in a batch, as one; completes each member's request.
-  struct p2p_group_task final : detail::progress_engine::task {
-    p2p_group_task(communicator* c_, std::vector<task_ptr>&& m) : c(c_) {
-      for (auto& t : m) {
-        ops.push_back(static_cast<p2p_task&>(*t).op);
-        members.push_back(t->state);
-      }
-    }
-    void run() override { c->run_p2p(ops); }
-    communicator* c;
-    std::vector<p2p_op> ops;
-  };
 
   /// Runs a group of sends and receives without deadlock, whatever their order and peers, as
   /// long as every rank's messages match: in steps k = 1 .. size-1, every rank sends what goes
@@ -1139,21 +604,21 @@ class communicator {
   /// receive of the step as one full-duplex sendrecv. At step k, rank r's i-th send is the
   /// i-th receive of rank r + k in that same step (each pair's messages keep their order), so
   /// every rank's i-th operation needs only its neighbours' i-th: all complete, step by step.
-  void run_p2p(std::span<const p2p_op> ops) {
-    for (const p2p_op& o : ops) check_peer(o.peer, o.tag, o.send ? "isend" : "irecv");
+  void run_p2p(std::span<const detail::p2p_op> ops) {
+    for (const detail::p2p_op& o : ops) check_peer(o.peer, o.tag, o.send ? "isend" : "irecv");
     const int n = size(), r = rank();
-    std::vector<const p2p_op*> out, in;
+    std::vector<const detail::p2p_op*> out, in;
     for (int k = 1; k < n; ++k) {
       const int to = (r + k) % n, from = (r - k + n) % n;
       out.clear();
       in.clear();
-      for (const p2p_op& o : ops) {
+      for (const detail::p2p_op& o : ops) {
         if (o.send && o.peer == to) out.push_back(&o);
         if (!o.send && o.peer == from) in.push_back(&o);
       }
       for (std::size_t i = 0; i < std::max(out.size(), in.size()); ++i) {
-        const p2p_op* s = i < out.size() ? out[i] : nullptr;
-        const p2p_op* v = i < in.size() ? in[i] : nullptr;
+        const detail::p2p_op* s = i < out.size() ? out[i] : nullptr;
+        const detail::p2p_op* v = i < in.size() ? in[i] : nullptr;
         channel<Transport> ch(t_, (s ? s : v)->fp, "p2p", cfg_.timeout, scratch_, aborted_.get());
         recorded(ch, [&] {
           if (s && v)
@@ -1167,72 +632,15 @@ class communicator {
     }
   }
 
-  /// A posted in-place all_reduce, and how runs of them fuse.
-  template <class T, class Op, class Algo>
-  struct reduce_task final : detail::progress_engine::task {
-    reduce_task(communicator* c_, view<T, memory> v_, Op op_, Algo a_) : c(c_), v(v_), op(std::move(op_)), a(std::move(a_)) {}
-    void run() override { c->all_reduce(v, op, a); }
-    static inline const char kind = 0;  // its address tells the kinds apart
-    static task_ptr fuse(communicator* c, std::vector<task_ptr>&& members) {
-      return std::make_unique<fused_task<T, Op, Algo>>(c, std::move(members));
-    }
-    communicator* c;
-    view<T, memory> v;
-    Op op;
-    Algo a;
-  };
-  /// A run of all_reduces of one kind, as one (`fused_all_reduce`); the engine completes each
-  /// member's request.
-  template <class T, class Op, class Algo>
-  struct fused_task final : detail::progress_engine::task {
-    fused_task(communicator* c_, std::vector<task_ptr>&& m) : c(c_) {
-      for (auto& t : m) {
-        auto& r = static_cast<reduce_task<T, Op, Algo>&>(*t);
-        parts.push_back(r.v);
-        members.push_back(t->state);
-      }
-      auto& first = static_cast<reduce_task<T, Op, Algo>&>(*m.front());
-      op = first.op;
-      a = first.a;
-    }
-    void run() override { c->fused_all_reduce(std::span<const view<T, memory>>(parts), op, a); }
-    communicator* c;
-    std::vector<view<T, memory>> parts;
-    Op op;
-    Algo a;
-  };
-
   /// In-place all_reduce of a fused run, as one call whose fingerprint carries the members'
-  /// counts: where the algorithm reads and writes the parts where they lie
-  /// (`algo::shared_memory::all_reduce_parts`), without a copy; else packed into a buffer kept
-  /// between runs (no page faults, nothing zeroed), reduced as one, unpacked.
+  /// counts (group/call_path.hpp).
   template <class T, class Op, class Algo>
-  void fused_all_reduce(std::span<const view<T, memory>> parts, const Op& op, const Algo& a) {
-    std::vector<std::size_t> counts(parts.size());
-    std::size_t total = 0;
-    for (std::size_t i = 0; i < parts.size(); ++i) total += counts[i] = parts[i].size();
-    auto fp = next_fp(collective::all_reduce, dtype_of<T>(), total, -1, op_traits<Op>::id());
-    fp.shape = counts_digest(counts);
-    if (size() > 1)
-      run<collective::all_reduce>(a, fp, total * sizeof(T), [&](const auto& alg, auto& ch) {
-        if constexpr (requires { alg.all_reduce_parts(ch, parts, kernel_op(op)); }) {
-          if (alg.all_reduce_parts(ch, parts, kernel_op(op))) return;
-        }
-        T* packed = reinterpret_cast<T*>(fused_scratch_.reserve(total * sizeof(T)));
-        std::size_t at = 0;
-        for (const auto& v : parts) {
-          detail::copy_bytes(t_, packed + at, v.data(), v.size_bytes());
-          at += v.size();
-        }
-        alg.all_reduce(ch, view<T, memory>(packed, total), kernel_op(op));
-        at = 0;
-        for (const auto& v : parts) {
-          detail::copy_bytes(t_, v.data(), packed + at, v.size_bytes());
-          at += v.size();
-        }
-      });
-    for (const auto& v : parts) finish(v, op);
-  }
+  void fused_all_reduce(std::span<const view<T, memory>> parts, const Op& op, const Algo& a);
+  template <std::size_t S, class A>
+  void run_fused(const A& a, std::size_t candidate, fingerprint fp, std::span<const view<detail::elem<S>, memory>> parts,
+                 const detail::erased_op& op, std::size_t total);
+  template <class A, class E, class Op>
+  void fused_parts(const A& alg, fingerprint fp, std::span<const view<E, memory>> parts, const Op& op, std::size_t total);
 
   // ---- streams ------------------------------------------------------------------------------
 
@@ -1269,7 +677,7 @@ class communicator {
   }
   /// The view of an output buffer, which must be writable.
   template <class X>
-  static auto writable(X&& x, collective, const char*) {
+  static auto writable(X&& x) {
     auto v = as_view(std::forward<X>(x));
     using V = decltype(v);
     static_assert(!std::is_const_v<typename V::element_type>,
@@ -1279,70 +687,7 @@ class communicator {
     return v;
   }
 
-  // ---- running a schedule ---------------------------------------------------------------------
-
-  /// The plan of automatic_of type `A` (this communicator's own algorithm's, or the default's).
-  template <class A>
-  const typename A::plan& plan_for() const {
-    if constexpr (std::is_same_v<A, Algorithm>) {
-      return *plan_;
-    } else if constexpr (std::is_same_v<A, algo::automatic>) {
-      if (!default_plan_)  // a per-call automatic on a communicator of another automatic_of
-        default_plan_ = std::make_shared<const algo::automatic::plan>(
-            algo::automatic::make_plan<Transport>(cfg_.algo_override, size()));
-      return *default_plan_;
-    } else {
-      thread_local std::optional<typename A::plan> other;  // another automatic_of, per call site type
-      other = A::template make_plan<Transport>(cfg_.algo_override, size());
-      return *other;
-    }
-  }
-
-  /// Parses TUTTI_ALGO once (`config_error` at construction when malformed): against this
-  /// communicator's automatic_of, or, for a fixed algorithm, against the default automatic that
-  /// a per-call `algo::automatic{}` would use.
-  void make_plans() {
-    if constexpr (detail::is_automatic<Algorithm>::value)
-      plan_ = std::make_shared<const typename Algorithm::plan>(Algorithm::template make_plan<Transport>(cfg_.algo_override, size()));
-    else
-      default_plan_ = std::make_shared<const algo::automatic::plan>(algo::automatic::make_plan<Transport>(cfg_.algo_override, size()));
-  }
-
-  /// Runs `body(algorithm, channel)` with the resolved algorithm (automatic: the chosen one).
-  template <collective C, class Algo, class Body>
-  void run(const Algo& a0, fingerprint fp, std::size_t bytes, Body&& body) {
-    const auto& a = pick(a0);
-    using A = std::remove_cvref_t<decltype(a)>;
-    if constexpr (detail::is_automatic<A>::value) {
-      const bool info = cfg_.debug == log_level::info;
-      std::string why;
-      const auto& pl = plan_for<A>();
-      const std::size_t i = a.choose(pl, C, bytes, info ? &why : nullptr);
-      if (info) detail::log(log_level::info, cfg_, rank(), explain_text(C, bytes, A::names[i], why));
-      a.visit(i, [&](const auto& concrete) {
-        using CA = std::remove_cvref_t<decltype(concrete)>;
-        if constexpr (algorithm_for<CA, C, Transport>)
-          execute(concrete, fp, body);
-        else
-          throw config_error("TUTTI_ALGO asks for " + std::string(CA::name) + ", which has no " +
-                             std::string(collective_name(C)) + " schedule on this transport");
-      });
-    } else {
-      execute(a, fp, body);
-    }
-  }
-
-  TUTTI_COLD std::string explain_text(collective c, std::size_t bytes, std::string_view name, const std::string& why) const {
-    return std::string(collective_name(c)) + " of " + std::to_string(bytes) + " bytes on " + std::to_string(size()) +
-           " ranks: " + std::string(name) + " (" + why + ")";
-  }
-
-  template <class A, class Body>
-  void execute(const A& a, fingerprint fp, Body& body) {
-    fp.algo = algorithm_id<A>();
-    channel<Transport> ch(t_, fp, A::name, cfg_.timeout, scratch_, aborted_.get());
-    recorded(ch, [&] { body(a, ch); });
-  }
+  // ---- failures -------------------------------------------------------------------------------
 
   /// guarded(f), with the call in the flight recorder.
   template <class F>
@@ -1402,17 +747,7 @@ class communicator {
     throw mismatch_error(text);  // not reached: recorded rethrows
   }
 
-  /// "all_gather_v on rank 2: in has 5 elements, but counts[2] = 4<tail>": a view whose size
-  /// is not this rank's own count of a v-collective.
-  [[noreturn]] TUTTI_COLD void own_count_mismatch(const fingerprint& fp, const char* buf, std::size_t has,
-                                                  std::size_t count, const std::string& tail) {
-    local_mismatch(fp, what(fp.coll) + ": " + buf + " has " + std::to_string(has) + " elements, but counts[" +
-                           std::to_string(rank()) + "] = " + std::to_string(count) + tail);
-  }
-  /// gather_v's and scatter_v's tail at a rank that is not the root.
-  TUTTI_COLD static std::string not_root_counts(int root, const char* does) {
-    return " (the counts passed here; the root, rank " + std::to_string(root) + ", " + does + " its own)";
-  }
+  // ---- fingerprints and checks (group/call_path.hpp) --------------------------------------------
 
   fingerprint next_fp(collective c, dtype d, std::size_t count, int root, std::uint32_t op) {
     fingerprint fp;
@@ -1437,36 +772,23 @@ class communicator {
     return fp;
   }
 
-  /// The counts of a v-collective with their offsets (kept in `offsets`), after the checks every
-  /// rank can make alone.
   block_counts blocks(std::span<const std::size_t> counts, const char* name, collective c,
-                      std::vector<std::size_t>& offsets) {
-    if (counts.size() != size_t_size())
-      usage(what(c) + ": " + name + " has " + std::to_string(counts.size()) + " entries; it must have one per rank (" +
-            std::to_string(size()) + ")");
-    offsets.resize(counts.size());
-    block_counts b;
-    for (std::size_t i = 0; i < counts.size(); ++i) {
-      offsets[i] = b.total;
-      if (counts[i] > (std::size_t{1} << 62) - b.total)
-        usage(what(c) + ": " + name + " sum to more than 2^62 elements");
-      b.total += counts[i];
-      b.largest = std::max(b.largest, counts[i]);
-    }
-    b.counts = counts;
-    b.offsets = offsets;
-    return b;
+                      std::vector<std::size_t>& offsets);
+  static std::uint64_t counts_digest(std::span<const std::size_t> counts) noexcept;
+  std::string other_ranks() const;
+  TUTTI_COLD std::string what(collective c) const {
+    return std::string(collective_name(c)) + " on rank " + std::to_string(rank());
   }
-  /// A digest of the counts every rank must agree on (the fingerprint's `shape`).
-  static std::uint64_t counts_digest(std::span<const std::size_t> counts) noexcept {
-    std::uint64_t h = 0x636f756e7473ull;  // "counts"
-    for (std::size_t c : counts) h = detail::hash_combine(h * 0x100000001b3ull, static_cast<std::uint64_t>(c));
-    return h;
-  }
-  std::string other_ranks() const {
-    const int other = rank() == 0 ? 1 : 0;
-    return size() == 2 ? "rank " + std::to_string(other) : "the other ranks (rank " + std::to_string(other) + ", ...)";
-  }
+  void check_root(int root, collective c);
+  void check_peer(int peer, int tag, const char* call);
+  void check_size(std::size_t got, std::size_t want, const char* name, const char* rule, collective c);
+  void check_room(std::size_t got, std::size_t want, const char* name, const char* rule, collective c);
+  template <class A, class B>
+  void check_disjoint(view<A, memory> a, view<B, memory> b, collective c, bool allow_same);
+  template <class A, class B>
+  void check_disjoint_or_own_block(view<A, memory> in, view<B, memory> out, std::size_t own, collective c);
+  [[noreturn]] TUTTI_COLD void own_count_mismatch(const fingerprint& fp, const char* buf, std::size_t has,
+                                                  std::size_t count, const std::string& tail);
 
   /// avg reduces as a sum; the division happens once, on the result.
   template <class Op>
@@ -1478,6 +800,12 @@ class communicator {
   void finish(view<T, memory> result, const Op&) {
     if constexpr (std::is_same_v<Op, op::avg>) detail::divide_elements(t_, result.data(), result.size(), size());
   }
+  template <class T>
+  void copy(view<const T, memory> from, view<T, memory> to) {
+    detail::copy_bytes(t_, to.data(), from.data(), from.size_bytes());
+  }
+
+  // ---- agreement and groups -----------------------------------------------------------------
 
   /// Every rank's words (the same number on every rank), concatenated in rank order: the
   /// all_gather behind group agreement.
@@ -1489,8 +817,8 @@ class communicator {
       return all;
     }
     if constexpr (std::is_same_v<memory, host_memory>) {
-      auto body = [&](const auto& alg, auto& ch) { alg.all_gather(ch, mine, view<std::uint64_t>(all)); };
-      execute(algo::direct{}, fp, body);
+      execute<collective::all_gather>(algo::direct{}, fp,
+                                      algo::call_args<std::uint64_t, memory, algo::no_op>{mine, view<std::uint64_t>(all)});
     } else {
       all = host_words(fp, mine);
     }
@@ -1529,48 +857,6 @@ class communicator {
 
   std::size_t size_t_size() const { return static_cast<std::size_t>(size()); }
 
-  TUTTI_COLD std::string what(collective c) const {
-    return std::string(collective_name(c)) + " on rank " + std::to_string(rank());
-  }
-  void check_root(int root, collective c) {
-    if (root < 0 || root >= size())
-      usage(what(c) + ": root " + std::to_string(root) + " is outside 0.." + std::to_string(size() - 1));
-  }
-  void check_peer(int peer, int tag, const char* call) {
-    if (peer < 0 || peer >= size())
-      usage(std::string(call) + " on rank " + std::to_string(rank()) + ": peer " + std::to_string(peer) +
-            " is outside 0.." + std::to_string(size() - 1));
-    if (peer == rank())
-      usage(std::string(call) + " on rank " + std::to_string(rank()) + ": a rank cannot " + call +
-            " to or from itself (it would block forever)");
-    if (tag < 0) usage(std::string(call) + ": tag " + std::to_string(tag) + " is negative");
-  }
-  void check_size(std::size_t got, std::size_t want, const char* name, const char* rule, collective c) {
-    if (got != want)
-      usage(what(c) + ": " + name + " has " + std::to_string(got) + " elements; it must hold " + rule + " = " +
-            std::to_string(want));
-  }
-  void check_room(std::size_t got, std::size_t want, const char* name, const char* rule, collective c) {
-    if (got < want)
-      usage(what(c) + ": " + name + " has " + std::to_string(got) + " elements; it must hold at least " + rule +
-            " = " + std::to_string(want));
-  }
-  template <class A, class B>
-  void check_disjoint(view<A, memory> a, view<B, memory> b, collective c, bool allow_same) {
-    if (allow_same && static_cast<const void*>(a.data()) == static_cast<const void*>(b.data())) return;
-    if (detail::overlaps(a, b)) usage(what(c) + ": in and out overlap");
-  }
-  /// `in` may be exactly this rank's block of `out`, at element `own` (in place); nothing else.
-  template <class A, class B>
-  void check_disjoint_or_own_block(view<A, memory> in, view<B, memory> out, std::size_t own, collective c) {
-    if (static_cast<const void*>(in.data()) == static_cast<const void*>(out.data() + own)) return;
-    if (detail::overlaps(in, out)) usage(what(c) + ": in overlaps out (other than being this rank's own block)");
-  }
-  template <class T>
-  void copy(view<const T, memory> from, view<T, memory> to) {
-    detail::copy_bytes(t_, to.data(), from.data(), from.size_bytes());
-  }
-
   detail::engine_slot engine_;  // first: a move waits for its operations before the rest moves
   Transport t_;
   Algorithm algo_;
@@ -1595,3 +881,5 @@ class communicator {
 };
 
 }  // namespace tutti
+
+#include "tutti/group/call_path.hpp"

@@ -324,4 +324,43 @@ inline void combine(T* out, const T* a, const T* b, std::size_t n, const Op& op)
   }
 }
 
+// ---- the erased form --------------------------------------------------------------------------
+// Element types and ops with the type taken out, so that a schedule is compiled once per element
+// size instead of once per element type and op. `elem<S>` is S opaque bytes; `erased_op` holds
+// the typed kernel (`combine<T, Op>`) behind a function pointer, called once per piece a schedule
+// reduces (never per element), so the inner loop stays the vectorised typed kernel. The
+// communicator's call path turns a host-memory call into these before it runs a schedule of
+// tutti's; schedules never dereference elements, so they run unchanged.
+
+/// S bytes standing for one element of a type of that size.
+template <std::size_t S>
+struct elem {
+  unsigned char bytes[S];
+};
+
+/// A reduce op with its element type taken out: `combine(out, a, b, n)` runs the typed kernel.
+struct erased_op {
+  using combine_fn = void (*)(const void* op, void* out, const void* a, const void* b, std::size_t n);
+  combine_fn fn = nullptr;
+  const void* op = nullptr;  ///< the user's op object (it may have state)
+};
+
+/// The typed kernel behind an erased op.
+template <class T, class Op>
+void combine_typed(const void* op, void* out, const void* a, const void* b, std::size_t n) {
+  combine(static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n, *static_cast<const Op*>(op));
+}
+
+/// `op` on elements of type `T`, erased; `op` must outlive the erased op (the call).
+template <class T, class Op>
+erased_op erase_op(const Op& op) noexcept {
+  return {&combine_typed<T, Op>, &op};
+}
+
+/// out[i] = op(a[i], b[i]) for i < n, through the erased op's typed kernel.
+template <std::size_t S>
+inline void combine(elem<S>* out, const elem<S>* a, const elem<S>* b, std::size_t n, const erased_op& op) {
+  op.fn(op.op, out, a, b, n);
+}
+
 }  // namespace tutti::detail

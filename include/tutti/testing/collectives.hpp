@@ -19,6 +19,7 @@
 #include "tutti/core/dtype.hpp"
 #include "tutti/core/float16.hpp"
 #include "tutti/op/ops.hpp"
+#include "tutti/testing/calls.hpp"
 #include "tutti/testing/report.hpp"
 
 namespace tutti::testing {
@@ -92,117 +93,90 @@ T fold(int n, const Op& op, At&& at) {
 template <class A, collective C, class Tr = detail::probe_transport>
 constexpr bool has = algorithm_for<A, C, Tr>;
 
-/// Runs every collective algorithm A offers on the communicator's transport with element type T,
-/// op `op`, and `count` (the whole buffer for broadcast/reduce/all_reduce, the per-rank block
-/// elsewhere), and checks every result.
+/// A non-commutative op (composition of affine maps x -> a·x + b, applied left to right): for
+/// the collectives that reduce in rank order (the scans), whose results must then be exact.
+struct affine {
+  std::int32_t a, b;
+  friend bool operator==(const affine&, const affine&) = default;
+};
+struct affine_compose {
+  affine operator()(affine f, affine g) const { return {g.a * f.a, g.a * f.b + g.b}; }
+};
+template <>
+inline affine value<affine>(int rank, std::size_t i) {
+  static constexpr std::int32_t as[3] = {1, -1, 2};
+  return {as[(static_cast<std::size_t>(rank) + i) % 3], static_cast<std::int32_t>((static_cast<std::size_t>(rank) * 5 + i * 3) % 7) - 3};
+}
+template <>
+inline std::string show<affine>(const affine& v) {
+  std::string s(1, '(');
+  s += std::to_string(v.a);
+  s += ',';
+  s += std::to_string(v.b);
+  s += ')';
+  return s;
+}
+
+/// Whether an op may be given to collective C: non-commutative ones only where the row reduces
+/// in rank order; op::avg not there (it has no meaning in a prefix).
+template <collective C, class Op>
+constexpr bool op_fits() {
+  if constexpr (std::is_same_v<Op, affine_compose>) return info(C).ordered;
+  else if constexpr (info(C).ordered) return !std::is_same_v<Op, op::avg>;
+  else return true;
+}
+
+/// A value no input holds, in outputs before a call.
+template <class T>
+T sentinel() {
+  return value<T>(97, 5);
+}
+
+/// One call of collective `C` with algorithm `a`, element type T and op `op`, of shape `s`, in
+/// every placement the row has (apart; in place), checked element by element against
+/// `expected`; an input kept apart must be left alone.
+template <collective C, class T, class A, class Op, class Comm>
+void check_call(Comm& comm, report& rep, const call_shape& s, const Op& op, const A& a, const std::string& tag) {
+  using M = typename Comm::memory;
+  const int me = comm.rank();
+  const int salt = static_cast<int>(C) * 3;
+  auto input = [salt](int r, std::size_t i) { return value<T>(r + salt, i); };
+  const std::string name = std::string(collective_name(C)) + "(" + tag + ")" +
+                           (info(C).rooted ? " root " + std::to_string(s.root) : std::string());
+  for (placement pl : {placement::apart, placement::in_place}) {
+    if (pl == placement::apart ? !has_apart<C> : !has_in_place<C>) continue;
+    auto b = make_buffers<C, T>(s, me, pl, input, sentinel<T>());
+    const auto before = result_of<C>(s, me, b, pl);
+    const auto in_before = b.in;
+    comm.template call<C>(describe<C, M>(s, me, b, pl, op), a);
+    const auto want = expected<C, T>(s, me, before, input, op);
+    const std::string label = name + (pl == placement::in_place && has_apart<C> ? " in place" : "");
+    expect_equal(rep, me, result_of<C>(s, me, b, pl), want, label);
+    if (pl == placement::apart && !b.in.empty()) expect_equal(rep, me, b.in, in_before, label + " leaves its input alone");
+  }
+}
+
+/// Every uniform collective algorithm A offers on the communicator's transport with element
+/// type T, op `op` and `count` (the call's count: the whole buffer for broadcast, reduce,
+/// all_reduce and the scans, the per-rank block elsewhere), every root for the rooted ones.
 template <class A, class T, class Op, class Comm>
 void check_collectives(Comm& comm, report& rep, std::size_t count, const Op& op, const A& a = {}) {
   using Tr = typename Comm::transport_type;
-  const int n = comm.size(), me = comm.rank();
-  const auto N = static_cast<std::size_t>(n);
+  const int n = comm.size();
   const std::string tag = std::string(A::name) + " on " + std::to_string(n) + " ranks, count " + std::to_string(count) +
                           ", " + dtype_name(dtype_of<T>()) + " " + std::string(op_traits<Op>::name());
-  auto mine = [&](std::size_t c, int salt = 0) {
-    std::vector<T> v(c);
-    for (std::size_t i = 0; i < c; ++i) v[i] = value<T>(me + salt, i);
-    return v;
-  };
-  auto reduced = [&](std::size_t c, std::size_t offset = 0) {
-    std::vector<T> v(c);
-    for (std::size_t i = 0; i < c; ++i) v[i] = fold<T>(n, op, [&](int r) { return value<T>(r, offset + i); });
-    return v;
-  };
-  std::vector<int> roots{0, n / 2, n - 1};
-  roots.erase(std::unique(roots.begin(), roots.end()), roots.end());
-
-  if constexpr (has<A, collective::broadcast, Tr>)
-    for (int root : roots) {
-      auto buf = mine(count);
-      comm.broadcast(view(buf), root, a);
-      std::vector<T> want(count);
-      for (std::size_t i = 0; i < count; ++i) want[i] = value<T>(root, i);
-      expect_equal(rep, me, buf, want, "broadcast(" + tag + ") root " + std::to_string(root));
-    }
-  if constexpr (has<A, collective::reduce, Tr>)
-    for (int root : roots) {
-      auto buf = mine(count);
-      comm.reduce(view(buf), root, op, a);
-      expect_equal(rep, me, buf, me == root ? reduced(count) : mine(count), "reduce(" + tag + ") root " + std::to_string(root));
-    }
-  if constexpr (has<A, collective::all_reduce, Tr>) {
-    auto buf = mine(count);
-    comm.all_reduce(view(buf), op, a);
-    expect_equal(rep, me, buf, reduced(count), "all_reduce(" + tag + ") in place");
-    const auto in = mine(count);
-    std::vector<T> out(count);
-    comm.all_reduce(view(in), view(out), op, a);
-    expect_equal(rep, me, out, reduced(count), "all_reduce(" + tag + ") out of place");
-    expect_equal(rep, me, in, mine(count), "all_reduce(" + tag + ") leaves its input alone");
-  }
-  if constexpr (has<A, collective::gather, Tr>)
-    for (int root : roots) {
-      const auto in = mine(count);
-      std::vector<T> out(me == root ? count * N : 0);
-      comm.gather(view(in), view(out), root, a);
-      if (me == root) {
-        std::vector<T> want;
-        for (int r = 0; r < n; ++r)
-          for (std::size_t i = 0; i < count; ++i) want.push_back(value<T>(r, i));
-        expect_equal(rep, me, out, want, "gather(" + tag + ") root " + std::to_string(root));
+  std::vector<int> roots{0};
+  for (int r : {n / 2, n - 1})
+    if (r != roots.back()) roots.push_back(r);
+  for_each_collective([&](auto k) {
+    constexpr collective C = decltype(k)::value;
+    if constexpr (info(C).counts != counts_kind::per_rank && has<A, C, Tr> && op_fits<C, Op>()) {
+      for (int root : roots) {
+        check_call<C, T>(comm, rep, call_shape::uniform(n, count, root), op, a, tag);
+        if (!info(C).rooted) break;
       }
     }
-  if constexpr (has<A, collective::all_gather, Tr>) {
-    const auto in = mine(count);
-    std::vector<T> out(count * N), want;
-    comm.all_gather(view(in), view(out), a);
-    for (int r = 0; r < n; ++r)
-      for (std::size_t i = 0; i < count; ++i) want.push_back(value<T>(r, i));
-    expect_equal(rep, me, out, want, "all_gather(" + tag + ")");
-  }
-  if constexpr (has<A, collective::scatter, Tr>)
-    for (int root : roots) {
-      std::vector<T> in;
-      if (me == root)
-        for (int r = 0; r < n; ++r)
-          for (std::size_t i = 0; i < count; ++i) in.push_back(value<T>(r, i + 17 * static_cast<std::size_t>(root)));
-      std::vector<T> out(count), want(count);
-      comm.scatter(view(in), view(out), root, a);
-      for (std::size_t i = 0; i < count; ++i) want[i] = value<T>(me, i + 17 * static_cast<std::size_t>(root));
-      expect_equal(rep, me, out, want, "scatter(" + tag + ") root " + std::to_string(root));
-    }
-  if constexpr (has<A, collective::all_to_all, Tr>) {
-    std::vector<T> in, out(count * N), want;
-    for (int j = 0; j < n; ++j)
-      for (std::size_t i = 0; i < count; ++i) in.push_back(value<T>(me * n + j, i));
-    for (int j = 0; j < n; ++j)
-      for (std::size_t i = 0; i < count; ++i) want.push_back(value<T>(j * n + me, i));
-    comm.all_to_all(view(in), view(out), a);
-    expect_equal(rep, me, out, want, "all_to_all(" + tag + ")");
-  }
-  if constexpr (has<A, collective::reduce_scatter, Tr>) {
-    const auto in = mine(count * N);
-    std::vector<T> out(count);
-    comm.reduce_scatter(view(in), view(out), op, a);
-    expect_equal(rep, me, out, reduced(count, static_cast<std::size_t>(me) * count), "reduce_scatter(" + tag + ")");
-    expect_equal(rep, me, in, mine(count * N), "reduce_scatter(" + tag + ") leaves its input alone");
-  }
-  if constexpr (has<A, collective::barrier, Tr>) comm.barrier(a);
-}
-
-/// all_to_all_v with this rank's `send` and `recv` counts: element k of the block from rank i to
-/// rank j is value(i * n + j, k), checked at every rank.
-template <class T, class A, class Comm>
-void expect_all_to_all_v(Comm& comm, report& rep, const std::vector<std::size_t>& send,
-                         const std::vector<std::size_t>& recv, const A& a, const std::string& tag) {
-  const int me = comm.rank(), n = comm.size();
-  std::vector<T> in, want;
-  for (int j = 0; j < n; ++j)
-    for (std::size_t k = 0; k < send[static_cast<std::size_t>(j)]; ++k) in.push_back(value<T>(me * n + j, k));
-  for (int i = 0; i < n; ++i)
-    for (std::size_t k = 0; k < recv[static_cast<std::size_t>(i)]; ++k) want.push_back(value<T>(i * n + me, k));
-  std::vector<T> out(want.size());
-  comm.all_to_all_v(view(in), send, view(out), recv, a);
-  expect_equal(rep, me, out, want, "all_to_all_v(" + tag + ")");
+  });
 }
 
 /// The counts patterns of the v-collectives on n ranks, `scale` elements a rank on average: zeros
@@ -228,8 +202,20 @@ inline std::size_t a2a_count(int pattern, int i, int j, int n, std::size_t scale
   return 0;
 }
 
-/// The five v-collectives algorithm A offers, under every counts pattern, with element type T
-/// and op `op`.
+/// The shape of a v-collective under counts pattern `pattern` (of `counts_patterns`).
+inline call_shape v_shape(collective c, int n, std::size_t scale, int pattern, int root) {
+  if (info(c).where == counts_at::own_row) {
+    std::vector<std::vector<std::size_t>> rows(static_cast<std::size_t>(n), std::vector<std::size_t>(static_cast<std::size_t>(n)));
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < n; ++j)
+        rows[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)] = a2a_count(pattern, i, j, n, scale);
+    return call_shape::rows(std::move(rows));
+  }
+  return call_shape::same_counts(n, counts_patterns(n, scale)[static_cast<std::size_t>(pattern)], root);
+}
+
+/// Every v-collective algorithm A offers, under every counts pattern, with element type T and op
+/// `op`; then `all_gather_counts`.
 template <class A, class T, class Op, class Comm>
 void check_v_collectives(Comm& comm, report& rep, std::size_t scale, const Op& op, const A& a = {}) {
   using Tr = typename Comm::transport_type;
@@ -237,67 +223,19 @@ void check_v_collectives(Comm& comm, report& rep, std::size_t scale, const Op& o
   const auto N = static_cast<std::size_t>(n), ME = static_cast<std::size_t>(me);
   std::vector<int> roots{0, n - 1};
   roots.erase(std::unique(roots.begin(), roots.end()), roots.end());
-  int pattern = 0;
-  for (const auto& counts : counts_patterns(n, scale)) {
-    const auto offs = displacements(counts);
-    std::size_t total = 0;
-    for (auto c : counts) total += c;
+  for (int pattern = 0; pattern < 4; ++pattern) {
     const std::string tag = std::string(A::name) + " on " + std::to_string(n) + " ranks, counts pattern " +
-                            std::to_string(pattern) + " (total " + std::to_string(total) + "), " +
+                            std::to_string(pattern) + " (scale " + std::to_string(scale) + "), " +
                             dtype_name(dtype_of<T>()) + " " + std::string(op_traits<Op>::name());
-    auto block_of = [&](int r, int salt) {
-      std::vector<T> v(counts[static_cast<std::size_t>(r)]);
-      for (std::size_t i = 0; i < v.size(); ++i) v[i] = value<T>(r + salt, i);
-      return v;
-    };
-    auto all_blocks = [&](int salt) {
-      std::vector<T> v;
-      for (int r = 0; r < n; ++r)
-        for (const T& x : block_of(r, salt)) v.push_back(x);
-      return v;
-    };
-    if constexpr (has<A, collective::all_gather_v, Tr>) {
-      const auto in = block_of(me, 0);
-      std::vector<T> out(total);
-      comm.all_gather_v(view(in), view(out), counts, a);
-      expect_equal(rep, me, out, all_blocks(0), "all_gather_v(" + tag + ")");
-      // in place: this rank's block of out
-      std::vector<T> io(total + 3, value<T>(99, 0));
-      std::copy(in.begin(), in.end(), io.begin() + static_cast<std::ptrdiff_t>(offs[ME]));
-      comm.all_gather_v(view(io).subview(offs[ME], counts[ME]), view(io), counts, a);
-      io.resize(total);
-      expect_equal(rep, me, io, all_blocks(0), "all_gather_v(" + tag + ") in place");
-    }
-    if constexpr (has<A, collective::gather_v, Tr>)
-      for (int root : roots) {
-        const auto in = block_of(me, 1);
-        std::vector<T> out(me == root ? total : 0);
-        // The counts matter at the root only: every other rank passes none.
-        comm.gather_v(view(in), view(out), me == root ? std::span<const std::size_t>(counts) : std::span<const std::size_t>(), root, a);
-        if (me == root) expect_equal(rep, me, out, all_blocks(1), "gather_v(" + tag + ") root " + std::to_string(root));
+    for_each_collective([&](auto k) {
+      constexpr collective C = decltype(k)::value;
+      if constexpr (info(C).counts == counts_kind::per_rank && has<A, C, Tr> && op_fits<C, Op>()) {
+        for (int root : roots) {
+          check_call<C, T>(comm, rep, v_shape(C, n, scale, pattern, root), op, a, tag);
+          if (!info(C).rooted) break;
+        }
       }
-    if constexpr (has<A, collective::scatter_v, Tr>)
-      for (int root : roots) {
-        const auto in = me == root ? all_blocks(2) : std::vector<T>();
-        std::vector<T> out(counts[ME]);
-        comm.scatter_v(view(in), me == root ? std::span<const std::size_t>(counts) : std::span<const std::size_t>(), view(out),
-                       root, a);
-        expect_equal(rep, me, out, block_of(me, 2), "scatter_v(" + tag + ") root " + std::to_string(root));
-      }
-    if constexpr (has<A, collective::reduce_scatter_v, Tr>) {
-      std::vector<T> in(total), out(counts[ME]), want(counts[ME]);
-      for (std::size_t i = 0; i < total; ++i) in[i] = value<T>(me, i);
-      for (std::size_t i = 0; i < counts[ME]; ++i) want[i] = fold<T>(n, op, [&](int r) { return value<T>(r, offs[ME] + i); });
-      comm.reduce_scatter_v(view(in), view(out), counts, op, a);
-      expect_equal(rep, me, out, want, "reduce_scatter_v(" + tag + ")");
-    }
-    if constexpr (has<A, collective::all_to_all_v, Tr>) {
-      std::vector<std::size_t> send(N), recv(N);
-      for (int j = 0; j < n; ++j) send[static_cast<std::size_t>(j)] = a2a_count(pattern, me, j, n, scale);
-      for (int i = 0; i < n; ++i) recv[static_cast<std::size_t>(i)] = a2a_count(pattern, i, me, n, scale);
-      expect_all_to_all_v<T>(comm, rep, send, recv, a, tag);
-    }
-    ++pattern;
+    });
   }
   // The counts no rank knows but its own: all_gather_counts.
   const auto learned = comm.all_gather_counts(ME * 3 + 1);
@@ -307,7 +245,8 @@ void check_v_collectives(Comm& comm, report& rep, std::size_t scale, const Op& o
 }
 
 /// Every collective and v-collective with A for the suite's element types and ops at counts 0,
-/// 1, size-1 and one not divisible by the size (`full`: four more type/op pairs).
+/// 1, size-1 and one not divisible by the size (`full`: four more type/op pairs); the
+/// collectives that reduce in rank order with a non-commutative op too.
 template <class A, class Comm>
 void check_every_type(Comm& comm, report& rep, bool full = true) {
   const auto n = static_cast<std::size_t>(comm.size());
@@ -316,6 +255,7 @@ void check_every_type(Comm& comm, report& rep, bool full = true) {
     check_collectives<A, float>(comm, rep, count, op::max{});
     check_collectives<A, bfloat16>(comm, rep, count, op::sum{});
     check_collectives<A, vec3>(comm, rep, count, vec3_max_abs{});
+    check_collectives<A, affine>(comm, rep, count, affine_compose{});
     if (full) {
       check_collectives<A, std::int32_t>(comm, rep, count, op::max{});
       check_collectives<A, float>(comm, rep, count, op::sum{});
@@ -329,55 +269,32 @@ void check_every_type(Comm& comm, report& rep, bool full = true) {
 }
 
 /// The v-collectives with 16 MiB and more in all (large enough for the paths that read peers
-/// where their data lies, and for pieces and chunks), with algorithm A.
+/// where their data lies, and for pieces and chunks), with algorithm A; and the scans at 16 MiB.
 template <class A, class Comm>
 void check_large_v(Comm& comm, report& rep, const A& a = {}) {
   using Tr = typename Comm::transport_type;
-  const int n = comm.size(), me = comm.rank();
+  const int n = comm.size();
   const auto N = static_cast<std::size_t>(n);
   const std::size_t total = std::size_t{4} << 20;  // floats: 16 MiB
   std::vector<std::size_t> counts(N);
   std::size_t given = 0;
   for (std::size_t r = 0; r + 1 < N; ++r) given += counts[r] = total / N / 2 * (r % 2 + 1);
   counts[N - 1] = total - given;
-  const auto offs = displacements(counts);
   const std::string tag = std::string(A::name) + " on " + std::to_string(n) + " ranks, 16 MiB of float";
-  if constexpr (has<A, collective::all_gather_v, Tr>) {
-    std::vector<float> in(counts[static_cast<std::size_t>(me)]), out(total), want(total);
-    for (std::size_t i = 0; i < in.size(); ++i) in[i] = value<float>(me, i);
-    for (int r = 0; r < n; ++r)
-      for (std::size_t i = 0; i < counts[static_cast<std::size_t>(r)]; ++i) want[offs[static_cast<std::size_t>(r)] + i] = value<float>(r, i);
-    comm.all_gather_v(view(in), view(out), counts, a);
-    expect_equal(rep, me, out, want, "all_gather_v(" + tag + ")");
-  }
-  if constexpr (has<A, collective::reduce_scatter_v, Tr>) {
-    std::vector<float> in(total), out(counts[static_cast<std::size_t>(me)]), want(out.size());
-    for (std::size_t i = 0; i < total; ++i) in[i] = value<float>(me, i);
-    for (std::size_t i = 0; i < out.size(); ++i)
-      want[i] = fold<float>(n, op::sum{}, [&](int r) { return value<float>(r, offs[static_cast<std::size_t>(me)] + i); });
-    comm.reduce_scatter_v(view(in), view(out), counts, op::sum{}, a);
-    expect_equal(rep, me, out, want, "reduce_scatter_v(" + tag + ")");
-  }
-  if constexpr (has<A, collective::all_to_all_v, Tr>) {
-    // every rank sends rank j counts[j] / n elements
-    std::vector<std::size_t> send(N), recv(N);
-    for (std::size_t j = 0; j < N; ++j) send[j] = counts[j] / N;
-    for (std::size_t i = 0; i < N; ++i) recv[i] = counts[static_cast<std::size_t>(me)] / N;
-    expect_all_to_all_v<float>(comm, rep, send, recv, a, tag);
-  }
-  if constexpr (has<A, collective::gather_v, Tr> && has<A, collective::scatter_v, Tr>) {
-    std::vector<float> in(counts[static_cast<std::size_t>(me)]), out(me == 0 ? total : 0), want;
-    for (std::size_t i = 0; i < in.size(); ++i) in[i] = value<float>(me, i);
-    comm.gather_v(view(in), view(out), counts, 0, a);
-    if (me == 0) {
-      for (int r = 0; r < n; ++r)
-        for (std::size_t i = 0; i < counts[static_cast<std::size_t>(r)]; ++i) want.push_back(value<float>(r, i));
-      expect_equal(rep, me, out, want, "gather_v(" + tag + ")");
+  for_each_collective([&](auto k) {
+    constexpr collective C = decltype(k)::value;
+    if constexpr (has<A, C, Tr>) {
+      if constexpr (info(C).where == counts_at::own_row) {  // every rank sends rank j counts[j] / n elements
+        std::vector<std::size_t> row(N);
+        for (std::size_t j = 0; j < N; ++j) row[j] = counts[j] / N;
+        check_call<C, float>(comm, rep, call_shape::same_counts(n, row), op::sum{}, a, tag);
+      } else if constexpr (info(C).counts == counts_kind::per_rank) {
+        check_call<C, float>(comm, rep, call_shape::same_counts(n, counts, n - 1), op::sum{}, a, tag);
+      } else if constexpr (info(C).ordered) {
+        check_call<C, std::int32_t>(comm, rep, call_shape::uniform(n, total), op::sum{}, a, tag);
+      }
     }
-    std::vector<float> back(counts[static_cast<std::size_t>(me)]);
-    comm.scatter_v(view(out), counts, view(back), 0, a);
-    expect_equal(rep, me, back, in, "scatter_v(" + tag + ") of what gather_v gathered");
-  }
+  });
 }
 
 }  // namespace tutti::testing

@@ -30,6 +30,7 @@
 
 #include "tutti/algorithm/automatic.hpp"
 #include "tutti/core/collective.hpp"
+#include "tutti/testing/calls.hpp"
 #include "tutti/testing/collectives.hpp"
 #include "tutti/testing/outcomes.hpp"
 #include "tutti/testing/report.hpp"
@@ -111,101 +112,20 @@ inline void judge(report& rep, const std::vector<outcome>& out, int odd, const s
 }
 
 /// Calls collective `c` with well-formed buffers for this rank's own arguments: `count` is the
-/// whole buffer (broadcast, reduce, all_reduce) or the per-rank block (everything else; the
-/// v-collectives: every rank's count).
+/// call's count (the whole buffer for broadcast, reduce, all_reduce and the scans, the per-rank
+/// block elsewhere; the v-collectives: every rank's count). Built from the row (testing/calls.hpp).
 template <class T, class A, class Op = op::sum, class Comm>
 void call(Comm& comm, collective c, std::size_t count, int root, const A& a = {}, const Op& o = {}) {
   using Tr = typename Comm::transport_type;
-  const auto p = static_cast<std::size_t>(comm.size());
-  const bool at_root = comm.rank() == root;
-  const std::vector<std::size_t> counts(p, count);
-  switch (c) {
-    case collective::broadcast:
-      if constexpr (has<A, collective::broadcast, Tr>) {
-        std::vector<T> b(count);
-        comm.broadcast(view(b), root, a);
-      }
-      return;
-    case collective::reduce:
-      if constexpr (has<A, collective::reduce, Tr>) {
-        std::vector<T> b(count);
-        comm.reduce(view(b), root, o, a);
-      }
-      return;
-    case collective::all_reduce:
-      if constexpr (has<A, collective::all_reduce, Tr>) {
-        std::vector<T> b(count);
-        comm.all_reduce(view(b), o, a);
-      }
-      return;
-    case collective::gather:
-      if constexpr (has<A, collective::gather, Tr>) {
-        std::vector<T> in(count), out(at_root ? count * p : 0);
-        comm.gather(view(in), view(out), root, a);
-      }
-      return;
-    case collective::all_gather:
-      if constexpr (has<A, collective::all_gather, Tr>) {
-        std::vector<T> in(count), out(count * p);
-        comm.all_gather(view(in), view(out), a);
-      }
-      return;
-    case collective::scatter:
-      if constexpr (has<A, collective::scatter, Tr>) {
-        std::vector<T> in(at_root ? count * p : 0), out(count);
-        comm.scatter(view(in), view(out), root, a);
-      }
-      return;
-    case collective::all_to_all:
-      if constexpr (has<A, collective::all_to_all, Tr>) {
-        std::vector<T> in(count * p), out(count * p);
-        comm.all_to_all(view(in), view(out), a);
-      }
-      return;
-    case collective::reduce_scatter:
-      if constexpr (has<A, collective::reduce_scatter, Tr>) {
-        std::vector<T> in(count * p), out(count);
-        comm.reduce_scatter(view(in), view(out), o, a);
-      }
-      return;
-    case collective::barrier:
-      if constexpr (has<A, collective::barrier, Tr>) comm.barrier(a);
-      return;
-    case collective::all_gather_v:
-      if constexpr (has<A, collective::all_gather_v, Tr>) {
-        std::vector<T> in(count), out(count * p);
-        comm.all_gather_v(view(in), view(out), counts, a);
-      }
-      return;
-    case collective::gather_v:
-      if constexpr (has<A, collective::gather_v, Tr>) {
-        std::vector<T> in(count), out(at_root ? count * p : 0);
-        comm.gather_v(view(in), view(out), at_root ? std::span<const std::size_t>(counts) : std::span<const std::size_t>(),
-                      root, a);
-      }
-      return;
-    case collective::scatter_v:
-      if constexpr (has<A, collective::scatter_v, Tr>) {
-        std::vector<T> in(at_root ? count * p : 0), out(count);
-        comm.scatter_v(view(in), at_root ? std::span<const std::size_t>(counts) : std::span<const std::size_t>(), view(out),
-                       root, a);
-      }
-      return;
-    case collective::all_to_all_v:
-      if constexpr (has<A, collective::all_to_all_v, Tr>) {
-        std::vector<T> in(count * p), out(count * p);
-        comm.all_to_all_v(view(in), counts, view(out), counts, a);
-      }
-      return;
-    case collective::reduce_scatter_v:
-      if constexpr (has<A, collective::reduce_scatter_v, Tr>) {
-        std::vector<T> in(count * p), out(count);
-        comm.reduce_scatter_v(view(in), view(out), counts, o, a);
-      }
-      return;
-    default: break;
-  }
-  throw std::logic_error("tutti::testing::call: " + std::string(collective_name(c)) + " is not a collective it can call");
+  using M = typename Comm::memory;
+  with_collective(c, [&](auto k) {
+    constexpr collective C = decltype(k)::value;
+    if constexpr (has<A, C, Tr>) {
+      const call_shape s = call_shape::any(C, comm.size(), count, root);
+      auto b = make_buffers<C, T>(s, comm.rank(), placement::apart, [](int, std::size_t) { return T{}; }, T{});
+      comm.template call<C>(describe<C, M>(s, comm.rank(), b, placement::apart, o), a);
+    }
+  });
 }
 
 template <class A, class Tr>
@@ -215,8 +135,7 @@ bool has_rt(collective c) {
 
 /// The count a fingerprint carries for `call(comm, c, count, ...)` on p ranks.
 inline std::size_t fp_count(collective c, std::size_t count, int p) {
-  if (c == collective::all_to_all) return count * static_cast<std::size_t>(p);
-  return count;
+  return with_collective(c, [&](auto k) { return fingerprint_count<decltype(k)::value>(call_shape::uniform(p, count)); });
 }
 
 template <class Tuple, class F>
@@ -225,7 +144,8 @@ void each_type(F&& f) {
       std::make_index_sequence<std::tuple_size_v<Tuple>>{});
 }
 
-/// The disagreements a v-collective's counts allow (see the file comment), with algorithm A.
+/// The disagreements a v-collective's counts allow (see the file comment), with algorithm A; by
+/// where its row says the counts are passed.
 template <class A, class Runner>
 void check_v_counts(Runner& run, report& rep, collective c, int odd, const A& a, const std::string& where) {
   using Tr = typename Runner::transport_type;
@@ -243,88 +163,68 @@ void check_v_counts(Runner& run, report& rep, collective c, int odd, const A& a,
     if (run.judges()) judge(rep, out, odd, needles, label, precision::some_rank_names_both, alternatives);
   };
   const int other = odd == 0 ? 1 : 0;
-  if (c == collective::all_gather_v || c == collective::reduce_scatter_v) {
-    // The odd rank's counts differ from everybody else's at another rank's index (so its own
-    // view still holds its own count).
-    const std::size_t j = static_cast<std::size_t>(other);
-    auto call_it = [&](auto& comm) {
-      std::vector<std::size_t> counts(P, base);
-      if (comm.rank() == odd) counts[j] = base + 1;
-      std::size_t total = 0;
-      for (auto v : counts) total += v;
-      const auto me = static_cast<std::size_t>(comm.rank());
-      if (c == collective::all_gather_v) {
-        if constexpr (has<A, collective::all_gather_v, Tr>) {
-          std::vector<float> in(counts[me]), out(total);
-          comm.all_gather_v(view(in), view(out), counts, a);
+  /// Rank me's call of shape `s`, its own block's buffer resized to `own` elements where given, its
+  /// send count to `to` raised by one where given (all_to_all_v).
+  auto call_with = [&](auto& comm, const call_shape& s, std::size_t own, int to) {
+    using M = typename std::remove_cvref_t<decltype(comm)>::memory;
+    with_collective(c, [&](auto k) {
+      constexpr collective C = decltype(k)::value;
+      if constexpr (has<A, C, Tr> && info(C).counts == counts_kind::per_rank) {
+        const int me = comm.rank();
+        auto b = make_buffers<C, float>(s, me, placement::apart, [](int, std::size_t) { return 0.0f; }, 0.0f);
+        if (own != static_cast<std::size_t>(-1)) (info(C).layout.in == extent::own ? b.in : b.out).resize(own);
+        if (to >= 0) {
+          b.counts[static_cast<std::size_t>(to)] += 1;
+          b.in.resize(b.in.size() + 1);
         }
-      } else if constexpr (has<A, collective::reduce_scatter_v, Tr>) {
-        std::vector<float> in(total), out(counts[me]);
-        comm.reduce_scatter_v(view(in), view(out), counts, op::sum{}, a);
+        comm.template call<C>(describe<C, M>(s, me, b, placement::apart, op::sum{}), a);
       }
-    };
-    const std::string idx = "counts[" + std::to_string(j) + "] = ";
-    expect(call_it, {idx + std::to_string(base), idx + std::to_string(base + 1)},
-           {{"sum " + std::to_string(base * P), "sum " + std::to_string(base * P + 1)}},
-           "counts[" + std::to_string(j) + "] " + std::to_string(base + 1) + " against " + std::to_string(base));
-    // A view whose size is not this rank's count: seen by the rank alone, a mismatch all the same.
-    auto view_it = [&](auto& comm) {
-      std::vector<std::size_t> counts(P, base);
-      const std::size_t mine = comm.rank() == odd ? base - 1 : base;
-      if (c == collective::all_gather_v) {
-        if constexpr (has<A, collective::all_gather_v, Tr>) {
-          std::vector<float> in(mine), out(base * P);
-          comm.all_gather_v(view(in), view(out), counts, a);
-        }
-      } else if constexpr (has<A, collective::reduce_scatter_v, Tr>) {
-        std::vector<float> in(base * P), out(mine);
-        comm.reduce_scatter_v(view(in), view(out), counts, op::sum{}, a);
-      }
-    };
-    expect(view_it, {std::to_string(base - 1) + " elements", "counts[" + std::to_string(odd) + "] = " + std::to_string(base)}, {},
-           "its view holds " + std::to_string(base - 1) + " elements, its count says " + std::to_string(base));
-  }
-  if (c == collective::gather_v || c == collective::scatter_v) {
-    // A rank's view against the root's count for it: the root is the other rank.
-    const int root = other;
-    auto call_it = [&](auto& comm) {
-      const std::vector<std::size_t> counts(P, base);
-      const bool at_root = comm.rank() == root;
-      const std::size_t mine = comm.rank() == odd ? base + 2 : base;
-      if (c == collective::gather_v) {
-        if constexpr (has<A, collective::gather_v, Tr>) {
-          std::vector<float> in(mine), out(at_root ? base * P : 0);
-          comm.gather_v(view(in), view(out), at_root ? std::span<const std::size_t>(counts) : std::span<const std::size_t>(),
-                        root, a);
-        }
-      } else if constexpr (has<A, collective::scatter_v, Tr>) {
-        std::vector<float> in(at_root ? base * P : 0), out(mine);
-        comm.scatter_v(view(in), at_root ? std::span<const std::size_t>(counts) : std::span<const std::size_t>(), view(out),
-                       root, a);
-      }
-    };
-    expect(call_it, {"counts[" + std::to_string(odd) + "] = " + std::to_string(base), std::to_string(base + 2) + " elements"},
-           {}, "rank " + std::to_string(odd) + "'s view of " + std::to_string(base + 2) + " against the root's count " +
-                   std::to_string(base));
-  }
-  if (c == collective::all_to_all_v) {
-    // Rank odd sends the other rank one more element than that rank expects from it.
-    const int j = other;
-    auto call_it = [&](auto& comm) {
-      if constexpr (has<A, collective::all_to_all_v, Tr>) {
-        std::vector<std::size_t> send(P, base), recv(P, base);
-        if (comm.rank() == odd) send[static_cast<std::size_t>(j)] = base + 1;
-        std::size_t stotal = 0;
-        for (auto v : send) stotal += v;
-        std::vector<float> in(stotal), out(base * P);
-        comm.all_to_all_v(view(in), send, view(out), recv, a);
-      }
-    };
-    expect(call_it,
-           {"recv_counts[" + std::to_string(odd) + "] = " + std::to_string(base),
-            "send_counts[" + std::to_string(j) + "] = " + std::to_string(base + 1)},
-           {}, "rank " + std::to_string(odd) + "'s send_counts[" + std::to_string(j) + "] " + std::to_string(base + 1) +
-                   " against rank " + std::to_string(j) + "'s recv_counts[" + std::to_string(odd) + "] " + std::to_string(base));
+    });
+  };
+  constexpr auto keep = static_cast<std::size_t>(-1);
+  const std::vector<std::size_t> even(P, base);
+  switch (info(c).where) {
+    case counts_at::every_rank: {
+      // The odd rank's counts differ from everybody else's at another rank's index (so its own
+      // view still holds its own count).
+      const std::size_t j = static_cast<std::size_t>(other);
+      auto call_it = [&](auto& comm) {
+        call_shape s = call_shape::same_counts(p, even);
+        s.counts[static_cast<std::size_t>(odd)][j] = base + 1;
+        call_with(comm, s, keep, -1);
+      };
+      const std::string idx = "counts[" + std::to_string(j) + "] = ";
+      expect(call_it, {idx + std::to_string(base), idx + std::to_string(base + 1)},
+             {{"sum " + std::to_string(base * P), "sum " + std::to_string(base * P + 1)}},
+             "counts[" + std::to_string(j) + "] " + std::to_string(base + 1) + " against " + std::to_string(base));
+      // A view whose size is not this rank's count: seen by the rank alone, a mismatch all the same.
+      auto view_it = [&](auto& comm) { call_with(comm, call_shape::same_counts(p, even), comm.rank() == odd ? base - 1 : keep, -1); };
+      expect(view_it, {std::to_string(base - 1) + " elements", "counts[" + std::to_string(odd) + "] = " + std::to_string(base)}, {},
+             "its view holds " + std::to_string(base - 1) + " elements, its count says " + std::to_string(base));
+      break;
+    }
+    case counts_at::root: {
+      // A rank's view against the root's count for it: the root is the other rank.
+      auto call_it = [&](auto& comm) {
+        call_with(comm, call_shape::same_counts(p, even, other), comm.rank() == odd ? base + 2 : keep, -1);
+      };
+      expect(call_it, {"counts[" + std::to_string(odd) + "] = " + std::to_string(base), std::to_string(base + 2) + " elements"},
+             {}, "rank " + std::to_string(odd) + "'s view of " + std::to_string(base + 2) + " against the root's count " +
+                     std::to_string(base));
+      break;
+    }
+    case counts_at::own_row: {
+      // Rank odd sends the other rank one more element than that rank expects from it.
+      const int j = other;
+      auto call_it = [&](auto& comm) { call_with(comm, call_shape::same_counts(p, even), keep, comm.rank() == odd ? j : -1); };
+      expect(call_it,
+             {"recv_counts[" + std::to_string(odd) + "] = " + std::to_string(base),
+              "send_counts[" + std::to_string(j) + "] = " + std::to_string(base + 1)},
+             {}, "rank " + std::to_string(odd) + "'s send_counts[" + std::to_string(j) + "] " + std::to_string(base + 1) +
+                     " against rank " + std::to_string(j) + "'s recv_counts[" + std::to_string(odd) + "] " + std::to_string(base));
+      break;
+    }
+    case counts_at::none: break;
   }
 }
 

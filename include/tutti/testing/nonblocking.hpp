@@ -24,6 +24,8 @@
 #include "tutti/core/view.hpp"
 #include "tutti/group/request.hpp"
 #include "tutti/op/ops.hpp"
+#include "tutti/testing/calls.hpp"
+#include "tutti/testing/collectives.hpp"
 #include "tutti/testing/outcomes.hpp"
 #include "tutti/testing/report.hpp"
 
@@ -49,101 +51,75 @@ inline std::size_t sum(const std::vector<std::size_t>& c) { return std::accumula
 
 }  // namespace nonblocking_detail
 
-/// Every `i` twin against its blocking twin, `n` elements per block.
+/// Every `i` twin against its blocking twin (every collective of the table the communicator's
+/// algorithm has, `n` elements per block; the v-collectives with uneven counts), all posted
+/// before the first wait, with a blocking call among them and point to point after it.
 template <class Comm>
 void check_nonblocking_results(Comm& comm, report& rep, std::size_t n) {
   using namespace nonblocking_detail;
   using T = std::int32_t;
+  using M = typename Comm::memory;
+  using Tr = typename Comm::transport_type;
+  using A = typename Comm::algorithm_type;
   const int me = comm.rank(), p = comm.size();
-  const std::size_t P = static_cast<std::size_t>(p);
   const int root = p - 1;
   const std::string at = " on " + std::to_string(p) + " ranks, " + std::to_string(n) + " elements";
+  auto shape_of = [&](collective c) {
+    if (info(c).where == counts_at::own_row) {
+      std::vector<std::vector<std::size_t>> rows(static_cast<std::size_t>(p), std::vector<std::size_t>(static_cast<std::size_t>(p)));
+      for (int i = 0; i < p; ++i)
+        for (int j = 0; j < p; ++j) rows[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)] = static_cast<std::size_t>((i + 2 * j) % 4);
+      return call_shape::rows(std::move(rows));
+    }
+    if (info(c).counts == counts_kind::per_rank) return call_shape::same_counts(p, counts_of(p, 1), root);
+    return call_shape::uniform(p, n, root);
+  };
   struct pair_of {
     std::string name;
-    std::vector<T> blocking, posted;
+    call_buffers<T> blocking, posted;
   };
   std::vector<pair_of> res;
-  auto add = [&](const std::string& name, std::vector<T> init) {
-    res.push_back({name, init, init});
-    return res.size() - 1;
-  };
-  const auto in = values<T>(me, n, 1), in_p = values<T>(me, n * P, 2);
-  const auto c = counts_of(p, 1);
-  const std::size_t mine_v = c[static_cast<std::size_t>(me)];
-  const auto in_v = values<T>(me, mine_v, 3), in_sum = values<T>(me, sum(c), 4);
-  std::vector<std::size_t> send_c(P), recv_c(P);
-  for (int j = 0; j < p; ++j) {
-    send_c[static_cast<std::size_t>(j)] = static_cast<std::size_t>((me + 2 * j) % 4);
-    recv_c[static_cast<std::size_t>(j)] = static_cast<std::size_t>((j + 2 * me) % 4);
-  }
-  const auto in_a2av = values<T>(me, sum(send_c), 5);
-
-  const auto bc = add("broadcast", values<T>(me, n, 6));
-  const auto rd = add("reduce", in);
-  const auto ar = add("all_reduce", in);
-  const auto aro = add("all_reduce out of place", std::vector<T>(n));
-  const auto ga = add("gather", std::vector<T>(n * P));
-  const auto ag = add("all_gather", std::vector<T>(n * P));
-  const auto sc = add("scatter", std::vector<T>(n));
-  const auto a2a = add("all_to_all", std::vector<T>(n * P));
-  const auto rs = add("reduce_scatter", std::vector<T>(n));
-  const auto agv = add("all_gather_v", std::vector<T>(sum(c)));
-  const auto gav = add("gather_v", std::vector<T>(sum(c)));
-  const auto scv = add("scatter_v", std::vector<T>(mine_v));
-  const auto a2av = add("all_to_all_v", std::vector<T>(sum(recv_c)));
-  const auto rsv = add("reduce_scatter_v", std::vector<T>(mine_v));
-  const auto mid = add("a blocking all_reduce among posted ones", in);
-  const auto pp = add("isend/irecv around a ring", std::vector<T>(p > 1 ? n : 0));
-  const auto after = add("all_reduce posted after the blocking one", values<T>(me, n, 7));
-
-  // The reference: the blocking calls, in the same order.
-  auto& b = res;
-  comm.broadcast(view(b[bc].blocking), root);
-  comm.reduce(view(b[rd].blocking), root, op::sum{});
-  comm.all_reduce(view(b[ar].blocking), op::max{});
-  comm.all_reduce(view(in), view(b[aro].blocking), op::sum{});
-  comm.gather(view(in), view(b[ga].blocking), root);
-  comm.all_gather(view(in), view(b[ag].blocking));
-  comm.scatter(view(in_p), view(b[sc].blocking), root);
-  comm.all_to_all(view(in_p), view(b[a2a].blocking));
-  comm.reduce_scatter(view(in_p), view(b[rs].blocking), op::sum{});
-  comm.all_gather_v(view(in_v), view(b[agv].blocking), c);
-  comm.gather_v(view(in_v), view(b[gav].blocking), c, root);
-  comm.scatter_v(view(in_sum), c, view(b[scv].blocking), root);
-  comm.all_to_all_v(view(in_a2av), send_c, view(b[a2av].blocking), recv_c);
-  comm.reduce_scatter_v(view(in_sum), view(b[rsv].blocking), c, op::sum{});
-  comm.barrier();
-  comm.all_reduce(view(b[mid].blocking), op::min{});
+  res.reserve(collective_count + 3);
+  auto input = [](int r, std::size_t i) { return static_cast<T>((r + 1) * 31 + static_cast<int>(i % 97) * 7); };
+  // The reference: the blocking calls, in table order (reductions with sum).
+  for_each_collective([&](auto k) {
+    constexpr collective C = decltype(k)::value;
+    if constexpr (testing::has<A, C, Tr>) {
+      const call_shape s = shape_of(C);
+      auto b = make_buffers<C, T>(s, me, placement::apart, input, T{-7});
+      res.push_back({std::string(collective_name(C)), b, b});
+      auto d = describe<C, M>(s, me, res.back().blocking, placement::apart, op::sum{});
+      comm.template call<C>(d);
+    }
+  });
+  std::vector<T> mid_b = values<T>(me, n, 5), mid_p = mid_b;
+  std::vector<T> ring_b(p > 1 ? n : 0), ring_p = ring_b;
+  const auto ring_in = values<T>(me, n, 1);
+  std::vector<T> after_b = values<T>(me, n, 7), after_p = after_b;
+  comm.all_reduce(view(mid_b), op::min{});
   if (p > 1) {
     const int next = (me + 1) % p, prev = (me + p - 1) % p;
     if (me == 0) {
-      comm.send(view(in), next, 5);
-      comm.recv(view(b[pp].blocking), prev, 5);
+      comm.send(view(ring_in), next, 5);
+      comm.recv(view(ring_b), prev, 5);
     } else {
-      comm.recv(view(b[pp].blocking), prev, 5);
-      comm.send(view(in), next, 5);
+      comm.recv(view(ring_b), prev, 5);
+      comm.send(view(ring_in), next, 5);
     }
   }
-  comm.all_reduce(view(b[after].blocking), op::sum{});
+  comm.all_reduce(view(after_b), op::sum{});
 
   // The same, posted.
   std::vector<request> r;
-  r.push_back(comm.ibroadcast(view(b[bc].posted), root));
-  r.push_back(comm.ireduce(view(b[rd].posted), root, op::sum{}));
-  r.push_back(comm.iall_reduce(view(b[ar].posted), op::max{}));
-  r.push_back(comm.iall_reduce(view(in), view(b[aro].posted), op::sum{}));
-  r.push_back(comm.igather(view(in), view(b[ga].posted), root));
-  r.push_back(comm.iall_gather(view(in), view(b[ag].posted)));
-  r.push_back(comm.iscatter(view(in_p), view(b[sc].posted), root));
-  r.push_back(comm.iall_to_all(view(in_p), view(b[a2a].posted)));
-  r.push_back(comm.ireduce_scatter(view(in_p), view(b[rs].posted), op::sum{}));
-  r.push_back(comm.iall_gather_v(view(in_v), view(b[agv].posted), c));
-  r.push_back(comm.igather_v(view(in_v), view(b[gav].posted), c, root));
-  r.push_back(comm.iscatter_v(view(in_sum), c, view(b[scv].posted), root));
-  r.push_back(comm.iall_to_all_v(view(in_a2av), send_c, view(b[a2av].posted), recv_c));
-  r.push_back(comm.ireduce_scatter_v(view(in_sum), view(b[rsv].posted), c, op::sum{}));
-  r.push_back(comm.ibarrier());
-  comm.all_reduce(view(b[mid].posted), op::min{});  // waits for everything posted so far
+  std::size_t i = 0;
+  for_each_collective([&](auto k) {
+    constexpr collective C = decltype(k)::value;
+    if constexpr (testing::has<A, C, Tr>) {
+      const call_shape s = shape_of(C);
+      r.push_back(comm.template icall<C>(describe<C, M>(s, me, res[i++].posted, placement::apart, op::sum{})));
+    }
+  });
+  comm.all_reduce(view(mid_p), op::min{});  // waits for everything posted so far
   bool all_done = true;
   for (auto& x : r) all_done = all_done && x.test();
   rep.check(all_done, "a blocking call after posted operations" + at, me,
@@ -151,18 +127,22 @@ void check_nonblocking_results(Comm& comm, report& rep, std::size_t n) {
   if (p > 1) {
     const int next = (me + 1) % p, prev = (me + p - 1) % p;
     if (me == 0) {
-      r.push_back(comm.isend(view(in), next, 5));
-      r.push_back(comm.irecv(view(b[pp].posted), prev, 5));
+      r.push_back(comm.isend(view(ring_in), next, 5));
+      r.push_back(comm.irecv(view(ring_p), prev, 5));
     } else {
-      r.push_back(comm.irecv(view(b[pp].posted), prev, 5));
-      r.push_back(comm.isend(view(in), next, 5));
+      r.push_back(comm.irecv(view(ring_p), prev, 5));
+      r.push_back(comm.isend(view(ring_in), next, 5));
     }
   }
-  r.push_back(comm.iall_reduce(view(b[after].posted), op::sum{}));
+  r.push_back(comm.iall_reduce(view(after_p), op::sum{}));
   wait_all(std::span<request>(r));
   rep.check(comm.pending() == 0, "pending() after wait_all" + at, me, std::to_string(comm.pending()) + " still pending");
   for (const auto& x : res)
-    rep.check(x.blocking == x.posted, "i" + x.name + at, me, "the posted operation's result differs from the blocking one's");
+    rep.check(x.blocking.out == x.posted.out && x.blocking.in == x.posted.in, "i" + x.name + at, me,
+              "the posted operation's result differs from the blocking one's");
+  rep.check(mid_b == mid_p, "a blocking all_reduce among posted ones" + at, me, "its result differs");
+  rep.check(ring_b == ring_p, "isend/irecv around a ring" + at, me, "the posted operation's result differs from the blocking one's");
+  rep.check(after_b == after_p, "all_reduce posted after the blocking one" + at, me, "its result differs");
 }
 
 /// 64 all_reduces in flight at once (sizes 1..64 elements, alternating ops), completed through

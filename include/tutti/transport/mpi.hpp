@@ -252,7 +252,9 @@ void user_function(void* in, void* inout, int* len, MPI_Datatype*) noexcept {
   detail::combine(io, static_cast<const T*>(in), static_cast<const T*>(io), static_cast<std::size_t>(*len), Op{});
 }
 
-template <class Op, class T>
+/// `Ordered`: for the scans, which apply the op in rank order: a user op is created
+/// non-commutative, so that MPI keeps the order of its operands.
+template <class Op, class T, bool Ordered = false>
 MPI_Op mpi_op() {
   if constexpr (has_predefined_op<Op, T>()) {
     if constexpr (std::is_same_v<Op, op::sum>) return MPI_SUM;
@@ -267,10 +269,11 @@ MPI_Op mpi_op() {
                   "tutti::algo::native: MPI calls a user reduce op through a plain function pointer, so the op "
                   "must be stateless (an empty, default-constructible type); use another algorithm for an op "
                   "with state");
-    // Ops are assumed commutative (see ops.hpp), which lets MPI reorder operands.
+    // Ops are assumed commutative (see ops.hpp), which lets MPI reorder operands, except in the
+    // scans.
     static const MPI_Op o = [] {
       MPI_Op made;
-      check(MPI_Op_create(&user_function<T, Op>, 1, &made), "MPI_Op_create", "tutti::mpi");
+      check(MPI_Op_create(&user_function<T, Op>, Ordered ? 0 : 1, &made), "MPI_Op_create", "tutti::mpi");
       return made;
     }();
     return o;
@@ -680,6 +683,34 @@ class mpi {
     start_and_complete(fp, n * sizeof(T), w, blocking, "MPI_Ireduce_scatter_block", [&](MPI_Request* r) {
       return either(r, MPI_Ireduce_scatter_block, MPI_Reduce_scatter_block, in, out, count(n, fp, w), type<T>(),
                     reduce_op_of<Op, T>(), st_->comm);
+    });
+  }
+
+  /// Inclusive prefix: MPI_Iscan (rank order; a user op non-commutative).
+  template <class T, class Op>
+  void native_scan(const T* in, T* out, std::size_t n, const Op&, const fingerprint& fp, const wait_context& w,
+                   bool blocking = false) {
+    start_and_complete(fp, n * sizeof(T), w, blocking, "MPI_Iscan", [&](MPI_Request* r) {
+      return either(r, MPI_Iscan, MPI_Scan, in == out ? MPI_IN_PLACE : in, out, count(n, fp, w), type<T>(),
+                    detail::mpi_impl::mpi_op<Op, T, true>(), st_->comm);
+    });
+  }
+
+  /// Exclusive prefix: MPI_Iexscan. MPI leaves rank 0's result undefined; tutti promises rank 0's
+  /// `out` unchanged, so rank 0 receives into a buffer of its own.
+  template <class T, class Op>
+  void native_exscan(const T* in, T* out, std::size_t n, const Op&, const fingerprint& fp, const wait_context& w,
+                     bool blocking = false) {
+    std::unique_ptr<std::byte[]> discard;
+    T* result = out;
+    if (rank_ == 0) {
+      discard = std::make_unique<std::byte[]>(n * sizeof(T) + 1);
+      result = reinterpret_cast<T*>(discard.get());
+    }
+    const bool in_place = in == out && rank_ != 0;
+    start_and_complete(fp, n * sizeof(T), w, blocking, "MPI_Iexscan", [&](MPI_Request* r) {
+      return either(r, MPI_Iexscan, MPI_Exscan, in_place ? MPI_IN_PLACE : in, result, count(n, fp, w), type<T>(),
+                    detail::mpi_impl::mpi_op<Op, T, true>(), st_->comm);
     });
   }
 

@@ -31,16 +31,8 @@ TUTTI_COLD inline std::string where(const header& h, std::string_view algo) {
 /// "rank 3": a rank as messages name it.
 inline std::string rank_name(int r) { return "rank " + std::to_string(r); }
 
-/// What a receiver found in a header it checked: a `mismatch_error` that keeps both headers and
-/// both ranks, so that the layer that knows what the message was (a block of a v-collective, in
-/// the channel) can say it in the call's own terms.
-class header_mismatch : public mismatch_error {
- public:
-  header_mismatch(const std::string& what, const header& expected_, const header& got_, int me_, int peer_)
-      : mismatch_error(what), expected(expected_), got(got_), me(me_), peer(peer_) {}
-  header expected, got;
-  int me, peer;
-};
+/// What a receiver found in a header it checked (core/fingerprint.hpp).
+using tutti::header_mismatch;
 
 /// "6 elements (24 bytes)", or "24 bytes" where the element size is unknown or does not divide.
 TUTTI_COLD inline std::string amount_text(std::uint64_t bytes, std::uint8_t elem_size) {

@@ -1,0 +1,490 @@
+/// \file
+/// The communicator's one call path. Every collective call goes through `call<C>`:
+///
+///   1. `ordered()`: wait for what was posted before it;
+///   2. the checks every rank can make alone, derived from the row's `layout` (sizes, root,
+///      counts, overlaps): `usage_error` before any traffic, the sequence number untouched;
+///   3. the fingerprint (`next_fp`; for counts every rank passes, their digest in `shape`), then
+///      the checks whose failure the peers must hear of (a view whose size is not this rank's
+///      count of a v-collective: `mismatch_error`, announced as this rank's failure);
+///   4. one rank: the local copy the row's result implies, nothing else;
+///   5. `run<C>`: the algorithm (automatic: the one it chooses, `TUTTI_DEBUG=info` saying why),
+///      in the flight recorder and `guarded`. On host memory, schedules of tutti's run on erased
+///      elements (`run_erased`: compiled once per element size, not per type and op);
+///   6. `finish`: `op::avg`'s division, once, where the row's result is a reduction.
+///
+/// `icall<C>` posts the same description to the progress engine. Members of
+/// `communicator`, defined here out of its class.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <span>
+#include <string>
+#include <type_traits>
+
+#include "tutti/core/collective.hpp"
+#include "tutti/group/communicator.hpp"
+
+namespace tutti {
+
+template <transport Transport, algorithm Algorithm>
+template <collective C, class T, class Op, class Arg>
+auto communicator<Transport, Algorithm>::call(const call_desc<T, memory, Op>& d, const Arg& arg) {
+  return with_stream(arg, [&](const auto& a) { run_call<C>(a, d); });
+}
+
+template <transport Transport, algorithm Algorithm>
+template <collective C, class T, class Op, class Algo>
+request communicator<Transport, Algorithm>::icall(const call_desc<T, memory, Op>& d, const Algo& a) {
+  return post([this, d, a] { call<C>(d, a); });
+}
+
+template <transport Transport, algorithm Algorithm>
+template <class Algo, class T, class Op>
+request communicator<Transport, Algorithm>::post_all_reduce(const Algo& a, const desc<T, Op>& d) {
+  using task = detail::reduce_task<communicator, T, memory, Op, Algo>;
+  auto t = std::make_unique<task>(this, d.out, d.op, a);
+  auto state = t->state;
+  if (fusing_ && d.out.size_bytes() <= fusion_piece_bytes && fuses_exactly<T, Op>())
+    held_.push_back({std::move(t), &task::kind, d.out.size_bytes(), &task::fuse});
+  else
+    submit(std::move(t));
+  return request(std::move(state));
+}
+
+template <transport Transport, algorithm Algorithm>
+template <collective C, class A, class T, class Op>
+void communicator<Transport, Algorithm>::run_call(const A& a, const desc<T, Op>& d) {
+  constexpr collective_info row = info(C);
+  constexpr buffer_layout lay = row.layout;
+  static_assert(supports<A, C>,
+                "tutti: this algorithm has no schedule for this collective (the collective is named in the "
+                "instantiation above; see the table in README.md); use tutti::algo::automatic or one that has it");
+  static_assert(!(row.ordered && std::is_same_v<Op, op::avg>),
+                "tutti: scan and exscan reduce in rank order; op::avg (a sum divided by the group size) has no "
+                "meaning there: use op::sum and divide by rank() + 1 where you need a running mean");
+  ordered();
+  const int p = size(), me = rank();
+  const auto P = static_cast<std::size_t>(p);
+  const bool at_root = me == d.root;
+  const bool in_place = d.in_place || (lay.overlap == aliasing::same &&
+                                       static_cast<const void*>(d.in.data()) == static_cast<const void*>(d.out.data()));
+  if constexpr (row.rooted) check_root(d.root, C);
+
+  // The call's count n (what every rank agrees on), the fingerprint's count and the bytes
+  // automatic chooses by.
+  std::size_t n = 0, fp_count = 0, basis = 0;
+  block_counts b, r;  // per-rank counts (all_to_all_v: send, receive)
+  if constexpr (row.counts == counts_kind::uniform) {
+    constexpr bool in_blocks = lay.in == extent::blocks, out_blocks = lay.out == extent::blocks;
+    if constexpr (lay.in == extent::count) n = d.in.size();
+    else if constexpr (lay.out == extent::count) n = d.out.size();
+    if constexpr (in_blocks && out_blocks) {  // all_to_all: a block for every rank each way
+      check_size(d.out.size(), d.in.size(), "out", "in.size()", C);
+      if (d.in.size() % P != 0)
+        usage(what(C) + ": in has " + std::to_string(d.in.size()) + " elements, not a multiple of the group size " +
+              std::to_string(p));
+      n = d.in.size() / P;
+      fp_count = d.in.size();
+    } else {
+      fp_count = n;
+      if (!lay.blocks_at_root || at_root) {
+        if constexpr (out_blocks) check_size(d.out.size(), n * P, "out", "size() * in.size()", C);
+        if constexpr (in_blocks) check_size(d.in.size(), n * P, "in", "size() * out.size()", C);
+      }
+      if constexpr (lay.in == extent::count && lay.out == extent::count)
+        if (!in_place) check_size(d.out.size(), d.in.size(), "out", "in.size()", C);
+    }
+    if constexpr (row.size == size_basis::buffer) basis = (in_blocks && !out_blocks ? n * P : n) * sizeof(T);
+    else if constexpr (row.size == size_basis::block) basis = n * sizeof(T);
+  } else if constexpr (row.counts == counts_kind::per_rank) {
+    if constexpr (row.where == counts_at::own_row) {
+      b = blocks(d.counts, "send_counts", C, offsets_a_);
+      r = blocks(d.recv_counts, "recv_counts", C, offsets_b_);
+      check_size(d.in.size(), b.total, "in", "the sum of send_counts", C);
+      check_size(d.out.size(), r.total, "out", "the sum of recv_counts", C);
+      if (b.count(me) != r.count(me))
+        usage(what(C) + ": send_counts[" + std::to_string(me) + "] = " + std::to_string(b.count(me)) +
+              " but recv_counts[" + std::to_string(me) + "] = " + std::to_string(r.count(me)) +
+              " (this rank's block to itself)");
+    } else {
+      if (row.where == counts_at::every_rank || at_root || !d.counts.empty())
+        b = blocks(d.counts, "counts", C, offsets_a_);
+      if (!lay.blocks_at_root || at_root) {
+        if constexpr (lay.out == extent::room) check_room(d.out.size(), b.total, "out", "the sum of the counts", C);
+        if constexpr (lay.in == extent::room) check_room(d.in.size(), b.total, "in", "the sum of the counts", C);
+        if constexpr (lay.in == extent::total) check_size(d.in.size(), b.total, "in", "the sum of the counts", C);
+        if constexpr (lay.out == extent::total) check_size(d.out.size(), b.total, "out", "the sum of the counts", C);
+      }
+    }
+    if constexpr (row.where == counts_at::every_rank) fp_count = b.total;
+    if constexpr (row.size == size_basis::largest_block) basis = b.largest * sizeof(T);
+  }
+
+  // Overlaps.
+  if (!lay.blocks_at_root || at_root) {
+    if constexpr (lay.overlap == aliasing::disjoint) {
+      check_disjoint(d.in, view<const T, memory>(d.out), C, false);
+    } else if constexpr (lay.overlap == aliasing::same) {
+      if (!d.in_place) check_disjoint(d.in, view<const T, memory>(d.out), C, true);
+    } else if constexpr (lay.overlap == aliasing::own_block) {
+      const std::size_t own = row.counts == counts_kind::per_rank ? (b.size() ? b.offset(me) : 0)
+                                                                  : n * static_cast<std::size_t>(me);
+      // The smaller buffer may be exactly this rank's block of the larger one.
+      if constexpr (lay.out == extent::blocks || lay.out == extent::room)
+        check_disjoint_or_own_block(d.in, view<const T, memory>(d.out), own, C);
+      else
+        check_disjoint_or_own_block(view<const T, memory>(d.out), d.in, own, C);
+    }
+  }
+
+  // The fingerprint, then what the peers must hear of.
+  std::uint32_t op_id = 0;
+  if constexpr (row.reduces) op_id = op_traits<Op>::id();
+  auto fp = next_fp(C, dtype_of<T>(), fp_count, row.rooted ? d.root : -1, op_id);
+  if constexpr (row.where == counts_at::every_rank) fp.shape = counts_digest(d.counts);
+  if constexpr (row.counts == counts_kind::per_rank && row.where != counts_at::own_row) {
+    // this rank's own block: a size its peers expect
+    constexpr bool own_in = lay.in == extent::own;
+    const std::size_t has = own_in ? d.in.size() : d.out.size();
+    if (b.size() && has != b.count(me)) {
+      std::string tail;
+      if (row.where == counts_at::every_rank)
+        tail = own_in ? ", the count " + other_ranks() + " expect from rank " + std::to_string(me)
+                      : ", the block " + other_ranks() + (row.reduces ? " reduce" : " send") + " for rank " +
+                            std::to_string(me);
+      else if (!at_root)
+        tail = " (the counts passed here; the root, rank " + std::to_string(d.root) + ", " +
+               (own_in ? "expects" : "sends") + " its own)";
+      own_count_mismatch(fp, own_in ? "in" : "out", has, b.count(me), tail);
+    }
+  }
+
+  // The call as a schedule takes it: the op as the kernels run it (avg as sum).
+  const auto kop = [&] {  // (info(C), not row: nvcc's front end takes no constexpr local in a lambda)
+    if constexpr (info(C).reduces) return kernel_op(d.op);
+    else return algo::no_op{};
+  }();
+  using K = std::remove_const_t<decltype(kop)>;
+  const algo::call_args<T, memory, K> x{d.in, d.out, d.root, b, r, kop};
+
+  if (p == 1) {
+    if constexpr (row.result != result_kind::none && row.result != result_kind::prefix_exclusive &&
+                  lay.overlap != aliasing::one_buffer) {
+      const std::size_t k = std::min(d.in.size(), d.out.size());
+      copy(d.in.subview(0, k), d.out.subview(0, k));
+    }
+  } else {
+    run<C>(a, fp, basis, x);
+  }
+
+  if constexpr (row.reduces && std::is_same_v<Op, op::avg>) {
+    if (row.result != result_kind::reduce_to_root || at_root) finish(d.out, d.op);
+  }
+}
+
+template <transport Transport, algorithm Algorithm>
+template <collective C, class A0, class X>
+void communicator<Transport, Algorithm>::run(const A0& a0, fingerprint fp, std::size_t bytes, const X& x) {
+  const auto& a = [&]() -> const auto& {
+    if constexpr (std::is_same_v<A0, algo::inherit>) return algo_;
+    else return a0;
+  }();
+  using A = std::remove_cvref_t<decltype(a)>;
+  // The erased form of the call: element size S (uniform collectives that do not reduce move
+  // bytes: S = 1, the counts in bytes).
+  using T = std::remove_const_t<typename decltype(x.out)::element_type>;
+  constexpr bool bytes_only = !info(C).reduces && info(C).counts != counts_kind::per_rank;
+  constexpr std::size_t S = bytes_only ? 1 : sizeof(T);
+  constexpr std::size_t scale = sizeof(T) / S;
+  using E = detail::elem<S>;
+  auto erased = [&] {
+    detail::erased_op op;
+    if constexpr (info(C).reduces) op = detail::erase_op<T>(x.op);
+    return algo::call_args<E, memory, detail::erased_op>{
+        view<const E, memory>(reinterpret_cast<const E*>(x.in.data()), x.in.size() * scale),
+        view<E, memory>(reinterpret_cast<E*>(x.out.data()), x.out.size() * scale), x.root, x.counts, x.recv_counts, op};
+  };
+  if constexpr (detail::is_automatic<A>::value) {
+    const bool info_log = cfg_.debug == log_level::info;
+    std::string why;
+    const auto& pl = plan_for<A>();
+    const std::size_t i = a.choose(pl, C, bytes, info_log ? &why : nullptr);
+    if (info_log) detail::log(log_level::info, cfg_, rank(), explain_text(C, bytes, A::names[i], why));
+    bool done = false;
+    a.visit(i, [&](const auto& concrete) {
+      using CA = std::remove_cvref_t<decltype(concrete)>;
+      if constexpr (!algorithm_for<CA, C, Transport>)
+        throw config_error("TUTTI_ALGO asks for " + std::string(CA::name) + ", which has no " +
+                           std::string(collective_name(C)) + " schedule on this transport");
+      else if constexpr (!runs_erased<CA, C>()) {
+        execute<C>(concrete, fp, x);
+        done = true;
+      }
+    });
+    if constexpr (std::is_same_v<memory, host_memory> && !own_memory<Transport>)
+      if (!done) run_erased<C, S>(a, i, fp, erased());
+  } else if constexpr (runs_erased<A, C>()) {
+    run_erased<C, S>(a, 0, fp, erased());
+  } else {
+    execute<C>(a, fp, x);
+  }
+}
+
+template <transport Transport, algorithm Algorithm>
+template <collective C, std::size_t S, class A>
+void communicator<Transport, Algorithm>::run_erased(const A& a, std::size_t candidate, fingerprint fp,
+                                                    const algo::call_args<detail::elem<S>, memory, detail::erased_op>& x) {
+  if constexpr (detail::is_automatic<A>::value) {
+    a.visit(candidate, [&](const auto& concrete) {
+      using CA = std::remove_cvref_t<decltype(concrete)>;
+      if constexpr (runs_erased<CA, C>()) execute<C>(concrete, fp, x);
+    });
+  } else {
+    (void)candidate;
+    execute<C>(a, fp, x);
+  }
+}
+
+template <transport Transport, algorithm Algorithm>
+template <collective C, class A, class X>
+void communicator<Transport, Algorithm>::execute(const A& a, fingerprint fp, const X& x) {
+  fp.algo = algorithm_id<A>();
+  channel<Transport> ch(t_, fp, A::name, cfg_.timeout, scratch_, aborted_.get());
+  recorded(ch, [&] { schedule<C>(a, ch, x); });
+}
+
+template <transport Transport, algorithm Algorithm>
+template <collective C, class A, class Ch, class X>
+void communicator<Transport, Algorithm>::schedule(const A& a, Ch& ch, const X& x) {
+  if constexpr (!std::is_same_v<std::remove_cv_t<decltype(schedule_call_out_of_place<C>)>, int>) {
+    // A collective of one buffer called out of place (all_reduce(in, out)): the algorithm's
+    // out-of-place schedule where it has one, else in place on `out` after one copy.
+    if (static_cast<const void*>(x.in.data()) != static_cast<const void*>(x.out.data())) {
+      if constexpr (requires { schedule_call_out_of_place<C>(a, ch, x); }) {
+        schedule_call_out_of_place<C>(a, ch, x);
+      } else {
+        ch.copy(x.in, x.out);
+        schedule_call<C>(a, ch, x);
+      }
+      return;
+    }
+  }
+  schedule_call<C>(a, ch, x);
+}
+
+template <transport Transport, algorithm Algorithm>
+template <class A>
+const typename A::plan& communicator<Transport, Algorithm>::plan_for() const {
+  if constexpr (std::is_same_v<A, Algorithm>) {
+    return *plan_;
+  } else if constexpr (std::is_same_v<A, algo::automatic>) {
+    if (!default_plan_)  // a per-call automatic on a communicator of another automatic_of
+      default_plan_ = std::make_shared<const algo::automatic::plan>(
+          algo::automatic::make_plan<Transport>(cfg_.algo_override, size()));
+    return *default_plan_;
+  } else {
+    thread_local std::optional<typename A::plan> other;  // another automatic_of, per call site type
+    other = A::template make_plan<Transport>(cfg_.algo_override, size());
+    return *other;
+  }
+}
+
+template <transport Transport, algorithm Algorithm>
+void communicator<Transport, Algorithm>::make_plans() {
+  // TUTTI_ALGO is parsed against this communicator's automatic_of, or, for a fixed algorithm,
+  // against the default automatic that a per-call `algo::automatic{}` would use.
+  if constexpr (detail::is_automatic<Algorithm>::value)
+    plan_ = std::make_shared<const typename Algorithm::plan>(Algorithm::template make_plan<Transport>(cfg_.algo_override, size()));
+  else
+    default_plan_ = std::make_shared<const algo::automatic::plan>(algo::automatic::make_plan<Transport>(cfg_.algo_override, size()));
+}
+
+// ---- fusion -------------------------------------------------------------------------------------
+
+template <transport Transport, algorithm Algorithm>
+template <class T, class Op, class Algo>
+void communicator<Transport, Algorithm>::fused_all_reduce(std::span<const view<T, memory>> parts, const Op& op,
+                                                          const Algo& a0) {
+  std::vector<std::size_t> counts(parts.size());
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < parts.size(); ++i) total += counts[i] = parts[i].size();
+  auto fp = next_fp(collective::all_reduce, dtype_of<T>(), total, -1, op_traits<Op>::id());
+  fp.shape = counts_digest(counts);
+  if (size() > 1) {
+    const auto& a = [&]() -> const auto& {
+      if constexpr (std::is_same_v<Algo, algo::inherit>) return algo_;
+      else return a0;
+    }();
+    using A = std::remove_cvref_t<decltype(a)>;
+    const auto kop = kernel_op(op);
+    using E = detail::elem<sizeof(T)>;
+    auto run_erased_parts = [&](std::size_t candidate) {
+      std::vector<view<E, memory>> erased(parts.size());
+      for (std::size_t i = 0; i < parts.size(); ++i)
+        erased[i] = view<E, memory>(reinterpret_cast<E*>(parts[i].data()), parts[i].size());
+      run_fused<sizeof(T)>(a, candidate, fp, std::span<const view<E, memory>>(erased), detail::erase_op<T>(kop), total);
+    };
+    if constexpr (detail::is_automatic<A>::value) {
+      const std::size_t i = a.choose(plan_for<A>(), collective::all_reduce, total * sizeof(T));
+      bool done = false;
+      a.visit(i, [&](const auto& concrete) {
+        using CA = std::remove_cvref_t<decltype(concrete)>;
+        if constexpr (!algorithm_for<CA, collective::all_reduce, Transport>)
+          throw config_error("TUTTI_ALGO asks for " + std::string(CA::name) + ", which has no all_reduce schedule on this transport");
+        else if constexpr (!runs_erased<CA, collective::all_reduce>()) {
+          fused_parts(concrete, fp, parts, kop, total);
+          done = true;
+        }
+      });
+      if constexpr (std::is_same_v<memory, host_memory> && !own_memory<Transport>)
+        if (!done) run_erased_parts(i);
+    } else if constexpr (runs_erased<A, collective::all_reduce>()) {
+      run_erased_parts(0);
+    } else {
+      fused_parts(a, fp, parts, kop, total);
+    }
+  }
+  for (const auto& v : parts) finish(v, op);
+}
+
+template <transport Transport, algorithm Algorithm>
+template <std::size_t S, class A>
+void communicator<Transport, Algorithm>::run_fused(const A& a, std::size_t candidate, fingerprint fp,
+                                                   std::span<const view<detail::elem<S>, memory>> parts,
+                                                   const detail::erased_op& op, std::size_t total) {
+  if constexpr (detail::is_automatic<A>::value) {
+    a.visit(candidate, [&](const auto& concrete) {
+      using CA = std::remove_cvref_t<decltype(concrete)>;
+      if constexpr (runs_erased<CA, collective::all_reduce>()) fused_parts(concrete, fp, parts, op, total);
+    });
+  } else {
+    (void)candidate;
+    fused_parts(a, fp, parts, op, total);
+  }
+}
+
+template <transport Transport, algorithm Algorithm>
+template <class A, class E, class Op>
+void communicator<Transport, Algorithm>::fused_parts(const A& alg, fingerprint fp, std::span<const view<E, memory>> parts,
+                                                     const Op& op, std::size_t total) {
+  // Where the algorithm reads and writes the parts where they lie
+  // (`algo::shared_memory::all_reduce_parts`), without a copy; else packed into a buffer kept
+  // between runs (no page faults, nothing zeroed), reduced as one, unpacked.
+  fp.algo = algorithm_id<A>();
+  channel<Transport> ch(t_, fp, A::name, cfg_.timeout, scratch_, aborted_.get());
+  recorded(ch, [&] {
+    if constexpr (requires { alg.all_reduce_parts(ch, parts, op); }) {
+      if (alg.all_reduce_parts(ch, parts, op)) return;
+    }
+    E* packed = reinterpret_cast<E*>(fused_scratch_.reserve(total * sizeof(E)));
+    std::size_t at = 0;
+    for (const auto& v : parts) {
+      detail::copy_bytes(t_, packed + at, v.data(), v.size_bytes());
+      at += v.size();
+    }
+    const view<E, memory> whole(packed, total);
+    schedule_call<collective::all_reduce>(alg, ch, algo::call_args<E, memory, Op>{whole, whole, -1, {}, {}, op});
+    at = 0;
+    for (const auto& v : parts) {
+      detail::copy_bytes(t_, v.data(), packed + at, v.size_bytes());
+      at += v.size();
+    }
+  });
+}
+
+// ---- checks ---------------------------------------------------------------------------------
+
+template <transport Transport, algorithm Algorithm>
+block_counts communicator<Transport, Algorithm>::blocks(std::span<const std::size_t> counts, const char* name, collective c,
+                                                        std::vector<std::size_t>& offsets) {
+  if (counts.size() != size_t_size())
+    usage(what(c) + ": " + name + " has " + std::to_string(counts.size()) + " entries; it must have one per rank (" +
+          std::to_string(size()) + ")");
+  offsets.resize(counts.size());
+  block_counts b;
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    offsets[i] = b.total;
+    if (counts[i] > (std::size_t{1} << 62) - b.total) usage(what(c) + ": " + name + " sum to more than 2^62 elements");
+    b.total += counts[i];
+    b.largest = std::max(b.largest, counts[i]);
+  }
+  b.counts = counts;
+  b.offsets = offsets;
+  return b;
+}
+
+/// A digest of the counts every rank must agree on (the fingerprint's `shape`).
+template <transport Transport, algorithm Algorithm>
+std::uint64_t communicator<Transport, Algorithm>::counts_digest(std::span<const std::size_t> counts) noexcept {
+  std::uint64_t h = 0x636f756e7473ull;  // "counts"
+  for (std::size_t c : counts) h = detail::hash_combine(h * 0x100000001b3ull, static_cast<std::uint64_t>(c));
+  return h;
+}
+
+template <transport Transport, algorithm Algorithm>
+std::string communicator<Transport, Algorithm>::other_ranks() const {
+  const int other = rank() == 0 ? 1 : 0;
+  return size() == 2 ? "rank " + std::to_string(other) : "the other ranks (rank " + std::to_string(other) + ", ...)";
+}
+
+template <transport Transport, algorithm Algorithm>
+void communicator<Transport, Algorithm>::check_root(int root, collective c) {
+  if (root < 0 || root >= size())
+    usage(what(c) + ": root " + std::to_string(root) + " is outside 0.." + std::to_string(size() - 1));
+}
+
+template <transport Transport, algorithm Algorithm>
+void communicator<Transport, Algorithm>::check_peer(int peer, int tag, const char* call) {
+  if (peer < 0 || peer >= size())
+    usage(std::string(call) + " on rank " + std::to_string(rank()) + ": peer " + std::to_string(peer) +
+          " is outside 0.." + std::to_string(size() - 1));
+  if (peer == rank())
+    usage(std::string(call) + " on rank " + std::to_string(rank()) + ": a rank cannot " + call +
+          " to or from itself (it would block forever)");
+  if (tag < 0) usage(std::string(call) + ": tag " + std::to_string(tag) + " is negative");
+}
+
+template <transport Transport, algorithm Algorithm>
+void communicator<Transport, Algorithm>::check_size(std::size_t got, std::size_t want, const char* name, const char* rule,
+                                                    collective c) {
+  if (got != want)
+    usage(what(c) + ": " + name + " has " + std::to_string(got) + " elements; it must hold " + rule + " = " +
+          std::to_string(want));
+}
+
+template <transport Transport, algorithm Algorithm>
+void communicator<Transport, Algorithm>::check_room(std::size_t got, std::size_t want, const char* name, const char* rule,
+                                                    collective c) {
+  if (got < want)
+    usage(what(c) + ": " + name + " has " + std::to_string(got) + " elements; it must hold at least " + rule + " = " +
+          std::to_string(want));
+}
+
+template <transport Transport, algorithm Algorithm>
+template <class A, class B>
+void communicator<Transport, Algorithm>::check_disjoint(view<A, memory> a, view<B, memory> b, collective c, bool allow_same) {
+  if (allow_same && static_cast<const void*>(a.data()) == static_cast<const void*>(b.data())) return;
+  if (detail::overlaps(a, b)) usage(what(c) + ": in and out overlap");
+}
+
+/// `in` may be exactly this rank's block of `out`, at element `own` (in place); nothing else.
+template <transport Transport, algorithm Algorithm>
+template <class A, class B>
+void communicator<Transport, Algorithm>::check_disjoint_or_own_block(view<A, memory> in, view<B, memory> out, std::size_t own,
+                                                                     collective c) {
+  if (static_cast<const void*>(in.data()) == static_cast<const void*>(out.data() + own)) return;
+  if (detail::overlaps(in, out)) usage(what(c) + ": in overlaps out (other than being this rank's own block)");
+}
+
+/// "all_gather_v on rank 2: in has 5 elements, but counts[2] = 4<tail>": a view whose size is
+/// not this rank's own count of a v-collective.
+template <transport Transport, algorithm Algorithm>
+void communicator<Transport, Algorithm>::own_count_mismatch(const fingerprint& fp, const char* buf, std::size_t has,
+                                                            std::size_t count, const std::string& tail) {
+  local_mismatch(fp, what(fp.coll) + ": " + buf + " has " + std::to_string(has) + " elements, but counts[" +
+                         std::to_string(rank()) + "] = " + std::to_string(count) + tail);
+}
+
+}  // namespace tutti
