@@ -115,6 +115,18 @@ int main() try {
     comm.reduce_scatter(tutti::view(in), tutti::view(out), tutti::op::sum{});
     log(comm, "reduce_scatter(SUM)", in, out);
   }
+  {  // scan: rank r gets the sum over ranks 0..r
+    auto in = create_data(rank);
+    std::vector<float> out(in.size());
+    comm.scan(tutti::view(in), tutti::view(out), tutti::op::sum{});
+    log(comm, "scan(SUM)", in, out);
+  }
+  {  // exscan: rank r gets the sum over ranks 0..r-1 (rank 0's out is left as it was: zeros)
+    auto in = create_data(rank);
+    std::vector<float> out(in.size());
+    comm.exscan(tutti::view(in), tutti::view(out), tutti::op::sum{});
+    log(comm, "exscan(SUM)", in, out);
+  }
   comm.barrier();
   log_in_order(comm, "barrier: passed");
   {  // a reduce inside the group of even ranks; odd ranks are not members
