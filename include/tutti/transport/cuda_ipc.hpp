@@ -99,39 +99,80 @@ struct ipc_world {
   control ctl;
   int rank = 0, size = 1;
   std::shared_ptr<device_state> dev;
+  std::chrono::milliseconds timeout{300000};
   bool same_process = false;
   bool flags = false;            ///< barriers in kernels (else events and the host)
   int flag_blocks = 1;           ///< the grid of every kernel with barriers (agreed)
   std::size_t one_shot_bytes = std::size_t{256} << 10;
   std::size_t stage_bytes = 0;
-  std::optional<stream_work> work;  ///< the streams, the scratch, the memory seam
+  std::unique_ptr<stream_work> work;  ///< the streams, the scratch, the memory seam
   std::byte* sync_mem = nullptr;                  ///< flags, then the staging buffer (cudaMalloc)
   std::vector<unsigned long long*> flags_of;      ///< every rank's flags, as reached here
   std::vector<const std::byte*> stage_of;         ///< every rank's staging buffer
   barrier_report* report = nullptr;               ///< host-mapped, one per block
   barrier_report* report_dev = nullptr;
-  unsigned int* abort_word = nullptr;             ///< host-mapped
+  unsigned int* abort_word = nullptr;             ///< host-mapped: this rank's kernels leave their barriers
   unsigned int* abort_dev = nullptr;
+  stream_handle abort_stream;                     ///< sets this rank's gave-up word when its host fails
+  bool gave_up = false;
   // Events mode: mine, and my peers' (opened here). p2p: per peer, mine and theirs.
   event_handle ready, mid, done;
   std::vector<event_handle> peer_ready, peer_mid, peer_done;
   std::vector<event_handle> send_ready, recv_done;            ///< mine, per peer
   std::vector<event_handle> peer_send_ready, peer_recv_done;  ///< theirs for me, per peer
-  std::optional<ipc_buffers> bufs;
+  std::unique_ptr<ipc_buffers> bufs;
   std::uint64_t calls = 0;
+  std::uint64_t reported_to = 0;                  ///< the calls whose reports a request already reads
   std::string call_name = "cuda_ipc";
 
   ipc_world() = default;
   ipc_world(const ipc_world&) = delete;
   ipc_world& operator=(const ipc_world&) = delete;
+  /// Waits, bounded, for this group's device work before its memory goes: a kernel may wait on a
+  /// dead peer's event forever (between processes), so past the bound this rank's kernels are
+  /// told to leave their barriers, and if the work still does not end its memory is left
+  /// allocated (freeing it would wait, or pull memory from under a kernel) rather than hang.
   ~ipc_world() {
-    cudaSetDevice(dev ? dev->device : 0);
-    cudaDeviceSynchronize();  // nothing of this group may still run when its memory goes
+    if (dev) cudaSetDevice(dev->device);
+    auto idle = [&] {
+      if (work && !work->quiet()) return false;
+      if (abort_stream.get() && cudaStreamQuery(abort_stream.get()) == cudaErrorNotReady) return false;
+      cudaGetLastError();
+      return true;
+    };
+    bool quiet = wait_bounded(idle, teardown_bound(timeout));
+    if (!quiet && abort_word) {
+      *reinterpret_cast<volatile unsigned int*>(abort_word) = 1;
+      quiet = wait_bounded(idle, std::chrono::milliseconds(2000));
+    }
+    // Threads: a peer's kernel may still read this rank's flags; its barriers are bounded, and
+    // nothing in one process waits on another's events.
+    if (quiet && same_process) cudaDeviceSynchronize();
+    if (!quiet) {
+      (void)work.release();
+      (void)bufs.release();
+      cudaGetLastError();
+      return;
+    }
     work.reset();
     bufs.reset();
     if (sync_mem) cudaFree(sync_mem);
     if (report) cudaFreeHost(report);
     if (abort_word) cudaFreeHost(abort_word);
+    cudaGetLastError();
+  }
+
+  /// This rank gives up: its kernels leave their barriers, and its gave-up word (in its flags,
+  /// which its peers' kernels read) is set by a copy on a stream of its own, so that peers'
+  /// kernels stop waiting for it now rather than at their deadline. Never throws.
+  void give_up() noexcept {
+    if (abort_word) *reinterpret_cast<volatile unsigned int*>(abort_word) = 1;
+    if (gave_up || !sync_mem || !abort_stream.get() || !dev) return;
+    gave_up = true;
+    cudaSetDevice(dev->device);
+    cudaMemcpyAsync(sync_mem + gave_up_word * sizeof(unsigned long long), abort_word, sizeof(unsigned int),
+                    cudaMemcpyHostToDevice, abort_stream.get());
+    if (work) work->ended_on_failure();
     cudaGetLastError();
   }
 
@@ -147,6 +188,7 @@ TUTTI_COLD inline std::shared_ptr<ipc_world> make_ipc_world(control ctl, int dev
   w->ctl = std::move(ctl);
   w->rank = w->ctl.rank();
   w->size = w->ctl.size();
+  w->timeout = timeout;
   if (w->size > max_ranks)
     throw config_error("tutti::cuda_ipc: " + std::to_string(w->size) + " ranks; at most " + std::to_string(max_ranks) +
                        " share a host's devices this way (use tutti::nccl)");
@@ -197,7 +239,7 @@ TUTTI_COLD inline std::shared_ptr<ipc_world> make_ipc_world(control ctl, int dev
   }
   // Kernels with barriers: every rank's whole grid resident at once (one block per
   // multiprocessor, shared among the ranks of a device), and at most 64 blocks (the flags).
-  w->flag_blocks = std::clamp(min_per_rank_sms, 1, 64);
+  w->flag_blocks = std::clamp(min_per_rank_sms, 1, flag_blocks_max);
   if (w->same_process) {  // threads on different devices read each other's memory directly
     for (const info& i : all) {
       if (i.device == device) continue;
@@ -215,20 +257,20 @@ TUTTI_COLD inline std::shared_ptr<ipc_world> make_ipc_world(control ctl, int dev
     w->one_shot_bytes = static_cast<std::size_t>(*b);
   w->stage_bytes = w->one_shot_bytes;
 
-  // 2. Flags and staging buffer, host-mapped reports, the own stream.
-  constexpr std::size_t flag_bytes = 64 * sizeof(unsigned long long);
+  // 2. Flags (with the gave-up word) and staging buffer, host-mapped reports, the own streams.
   cuda_check(cudaMalloc(&w->sync_mem, flag_bytes + w->stage_bytes + 16), "cudaMalloc (cuda_ipc's flags and staging)");
   cuda_check(cudaMemset(w->sync_mem, 0, flag_bytes), "cudaMemset");
-  cuda_check(cudaHostAlloc(reinterpret_cast<void**>(&w->report), 64 * sizeof(barrier_report), cudaHostAllocMapped),
+  cuda_check(cudaHostAlloc(reinterpret_cast<void**>(&w->report), report_slots * sizeof(barrier_report), cudaHostAllocMapped),
              "cudaHostAlloc (cuda_ipc's reports)");
-  std::memset(w->report, 0, 64 * sizeof(barrier_report));
+  std::memset(w->report, 0, report_slots * sizeof(barrier_report));
   cuda_check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&w->report_dev), w->report, 0), "cudaHostGetDevicePointer");
   cuda_check(cudaHostAlloc(reinterpret_cast<void**>(&w->abort_word), sizeof(unsigned int), cudaHostAllocMapped),
              "cudaHostAlloc (cuda_ipc's abort word)");
   *w->abort_word = 0;
   cuda_check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&w->abort_dev), w->abort_word, 0), "cudaHostGetDevicePointer");
-  w->work.emplace("tutti::cuda_ipc", prop.multiProcessorCount * 2);
-  w->bufs.emplace(device, w->same_process);
+  w->work = std::make_unique<stream_work>("tutti::cuda_ipc", prop.multiProcessorCount * 2);
+  w->abort_stream = stream_handle::create();
+  w->bufs = std::make_unique<ipc_buffers>(device, w->same_process);
   cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 
   buffer_token sync_token = w->bufs->export_buffer(w->sync_mem, flag_bytes + w->stage_bytes, "cuda_ipc's flags");
@@ -368,14 +410,23 @@ class cuda_ipc {
     w.work->bind(s);
   }
 
+  /// A request for the work enqueued since the last one: with in-kernel barriers, it reads the
+  /// reports of its calls' barriers (by their generations), done or not.
   std::shared_ptr<detail::operation_state> completion(const wait_context& wc) {
     auto& w = *w_;
     w.work->ended();
-    auto world = w_;
-    return detail::device::stream_completion(w.dev, w.stream(), wc, w.call_name, [world] {
-      return late_text(*world);
-    });
+    const std::uint64_t first = w.reported_to + 1, last = w.calls;
+    w.reported_to = w.calls;
+    detail::device::late_reason why;
+    if (w.flags && first <= last) {
+      const auto kernel_timeout = std::chrono::milliseconds(detail::device::kernel_timeout_ns(wc.timeout) / 1000000);
+      why = [world = w_, first, last, kernel_timeout] {
+        return detail::device::read_reports(world->report, detail::device::report_slots, first, last, kernel_timeout);
+      };
+    }
+    return detail::device::stream_completion(w.dev, w.stream(), wc, w.call_name, std::move(why));
   }
+
 
   // ---- the memory seam ------------------------------------------------------------------
 
@@ -414,8 +465,10 @@ class cuda_ipc {
   /// Last words (a usage error on this rank) its peers quote if it stays away.
   void note(std::string_view what) noexcept { w_->ctl.note(what); }
 
+  /// This rank failed: its kernels and its peers' leave their barriers now (its gave-up word),
+  /// and its peers' host calls quote `what`.
   void fail(std::string_view what) noexcept {
-    if (w_->abort_word) *reinterpret_cast<volatile unsigned int*>(w_->abort_word) = 1;  // kernels at a barrier end
+    w_->give_up();
     w_->ctl.fail(what);
   }
 
@@ -588,20 +641,6 @@ class cuda_ipc {
     }
   }
 
-  /// The text of a request that is late: a barrier a block gave up on, naming the peer.
-  static std::string late_text(const detail::device::ipc_world& w) {
-    for (int b = 0; b < 64; ++b) {
-      const auto& r = const_cast<const volatile detail::device::barrier_report&>(w.report[b]);
-      if (!r.waited) continue;
-      return "rank " + std::to_string(r.rank) + " waited at a device barrier for rank " + std::to_string(r.peer) +
-             " (block " + std::to_string(r.block) + ", generation " + std::to_string(r.gen) + ", its flag at " +
-             std::to_string(r.seen) + ") until the deadline: rank " + std::to_string(r.peer) +
-             "'s kernel never arrived (its process gone or stopped, its stream blocked, or the device too full to run "
-             "every rank's kernel at once)";
-    }
-    return {};
-  }
-
   /// The host-side synchronisation of the events mode: every rank has recorded `mine` on its
   /// stream (it records it before this), and this rank's stream waits for every peer's.
   void event_barrier(const fingerprint& fp, detail::device::event_handle& mine,
@@ -688,7 +727,7 @@ class cuda_ipc {
     ba.rank = w.rank;
     ba.ranks = w.size;
     ba.gen = 4 * call;
-    ba.timeout_ns = static_cast<unsigned long long>(wc.timeout.count()) * 1000000ull;
+    ba.timeout_ns = dv::kernel_timeout_ns(wc.timeout);  // before the host's: the report names the peer
     ba.report = w.report_dev;
     ba.abort = w.abort_dev;
     const int threads = dv::kernel_threads;
