@@ -123,6 +123,7 @@ struct ipc_world {
   std::unique_ptr<ipc_buffers> bufs;
   std::uint64_t calls = 0;
   std::uint64_t reported_to = 0;                  ///< the calls whose reports a request already reads
+  std::vector<const void*> loaded;                ///< barrier kernels loaded before any launch (agreed)
   std::string call_name = "cuda_ipc";
 
   ipc_world() = default;
@@ -721,7 +722,11 @@ class cuda_ipc {
       }
     }
 
-    // 3. The kernels.
+    // 3. The kernels. With barriers, every kernel this call may launch is loaded first, on every
+    // rank, and the ranks agree once more before any launches: with CUDA's lazy loading a kernel's
+    // first launch may wait for the whole context, where a peer's kernel may already wait at a
+    // barrier for this one (the first call of each element type and op, per group).
+    if (w.flags) load_barrier_kernels<T, Op>(fp, wc);
     dv::barrier_args ba;
     for (int q = 0; q < w.size; ++q) ba.flags[q] = w.flags_of[static_cast<std::size_t>(q)];
     ba.rank = w.rank;
@@ -779,6 +784,25 @@ class cuda_ipc {
       }
     }
     event_barrier(fp, w.done, w.peer_done, wc);
+  }
+
+  /// Loads (cudaFuncGetAttributes) the kernels with barriers of element type T and op Op, the
+  /// first time this group meets them, then agrees (a bare all-gather): no rank launches one
+  /// before every rank has loaded it. The agreement before it told every rank that every
+  /// earlier kernel of the group is launched, so a load that waits for the context ends.
+  template <class T, class Op>
+  void load_barrier_kernels(const fingerprint& fp, const wait_context& wc) {
+    namespace dv = detail::device;
+    auto& w = *w_;
+    const void* key = reinterpret_cast<const void*>(&dv::two_shot_kernel<T, Op>);
+    if (std::find(w.loaded.begin(), w.loaded.end(), key) != w.loaded.end()) return;
+    cudaFuncAttributes a{};
+    dv::cuda_check(cudaFuncGetAttributes(&a, dv::two_shot_kernel<T, Op>), "cudaFuncGetAttributes (two_shot_kernel)");
+    dv::cuda_check(cudaFuncGetAttributes(&a, dv::reduce_phase_kernel<T, Op, true>),
+                   "cudaFuncGetAttributes (reduce_phase_kernel)");
+    dv::cuda_check(cudaFuncGetAttributes(&a, dv::copy_phase_kernel<true>), "cudaFuncGetAttributes (copy_phase_kernel)");
+    w.loaded.push_back(key);
+    w.ctl.all_gather(fp, nullptr, nullptr, 0, wc);
   }
 
   template <class T>
