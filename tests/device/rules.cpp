@@ -1,13 +1,17 @@
 // The host-side rules of the device transports (tutti/transport/device/rules.hpp), on the CPU:
 // how a request settles on its event and its barriers' reports, the kernels' deadline against
-// the host's, the bounded teardown wait.
+// the host's, which peers share a process, the mappings of peers' allocations and their
+// retirement, the bounded teardown wait.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <tutti/transport/device/rules.hpp>
+#include <vector>
 
 using namespace tutti;
 namespace dv = tutti::detail::device;
@@ -95,6 +99,94 @@ TEST_CASE("device rules: the kernels' deadline comes before the host's, by a qua
     CHECK(dv::kernel_timeout_ns(t) <= static_cast<unsigned long long>(t.count()) * 1000000);
   for (auto t : {40ms, 3000ms, 60000ms})
     CHECK(dv::kernel_timeout_ns(t) < static_cast<unsigned long long>(t.count()) * 1000000);
+}
+
+TEST_CASE("device rules: peers share this process by pid, one by one (processes of several threads)") {
+  const std::vector<std::int64_t> pids = {100, 100, 200, 200};
+  const auto at0 = dv::same_process_peers(pids, 0), at3 = dv::same_process_peers(pids, 3);
+  CHECK(at0 == std::vector<char>{1, 1, 0, 0});
+  CHECK(at3 == std::vector<char>{0, 0, 1, 1});
+  CHECK_FALSE(dv::all_local(at0));
+  const std::vector<std::int64_t> threads = {7, 7, 7};
+  CHECK(dv::all_local(dv::same_process_peers(threads, 1)));
+  const std::vector<std::int64_t> processes = {1, 2};
+  CHECK(dv::same_process_peers(processes, 1) == std::vector<char>{0, 1});
+}
+
+TEST_CASE("device rules: a peer's freed allocations are unmapped here once it names them, and the mappings stay few") {
+  struct handle {
+    char bytes[64];
+  };
+  auto h = [](int k) {
+    handle x{};
+    x.bytes[0] = static_cast<char>(k);
+    return x;
+  };
+  // Rank 1 (the exporter) and rank 0 (the importer), through 200 calls that each free the
+  // previous call's buffer and allocate a new one, as the GPU checks do.
+  dv::export_registry<handle> exporter;
+  dv::import_cache<handle> importer;
+  std::vector<std::uint64_t> alive;  // the exporter's live allocations, by id
+  int opened = 0, closed = 0;
+  std::uint64_t next_id = 1;
+  const std::uint64_t flags_id = next_id++;  // its flags: alive throughout
+  alive.push_back(flags_id);
+  exporter.add({0x1000, 64, flags_id, h(0)});
+  importer.find_or_open(1, flags_id, h(0), [&](const handle&) { return reinterpret_cast<void*>(++opened * 4096); });
+  for (int call = 0; call < 200; ++call) {
+    if (alive.size() > 1) alive.pop_back();  // the previous buffer is freed
+    const std::uint64_t id = next_id++;
+    alive.push_back(id);
+    // The exporter's record: what it freed, then its buffer.
+    exporter.sweep([&](std::uintptr_t, std::uint64_t i) { return std::find(alive.begin(), alive.end(), i) != alive.end(); },
+                   std::uint64_t{1} << 0);
+    const auto retired = exporter.take_retired();
+    if (!exporter.find(id)) exporter.add({0x2000, 64, id, h(static_cast<int>(id))});
+    // The importer: closes what was named, maps the new buffer.
+    importer.retire(1, retired, [&](void*) { ++closed; });
+    importer.find_or_open(1, id, h(static_cast<int>(id)), [&](const handle&) { return reinterpret_cast<void*>(++opened * 4096); });
+    CHECK(importer.size_of(1) <= 3);
+  }
+  CHECK(opened == 201);
+  CHECK(closed == 199);
+  CHECK(importer.size() == 2);  // the flags and the last buffer
+  CHECK(exporter.size() == 2);
+  // A mapping already open is found, not opened again.
+  importer.find_or_open(1, flags_id, h(0), [&](const handle&) { return reinterpret_cast<void*>(++opened * 4096); });
+  CHECK(opened == 201);
+  // Another peer's mapping of the same id is its own.
+  importer.find_or_open(2, flags_id, h(0), [&](const handle&) { return reinterpret_cast<void*>(++opened * 4096); });
+  CHECK(importer.size_of(2) == 1);
+  CHECK(importer.retire(1, std::array<std::uint64_t, 2>{flags_id, 0}, [&](void*) { ++closed; }) == 1);
+  CHECK(importer.size_of(2) == 1);
+  importer.close_all([&](void*) { ++closed; });
+  CHECK(importer.size() == 0);
+}
+
+TEST_CASE("device rules: freed allocations are named to every peer, a few per record, by records or by offers") {
+  struct handle {
+    char bytes[64];
+  };
+  dv::export_registry<handle> reg;
+  for (std::uint64_t id = 1; id <= 6; ++id) reg.add({id * 0x1000, 16, id, {}});
+  // Peers 1 and 2 may have mapped them (a bit each); all six are freed.
+  CHECK(reg.sweep([](std::uintptr_t, std::uint64_t) { return false; }, 0b110) == 6);
+  CHECK(reg.size() == 0);
+  // An offer to peer 2 tells peer 2 only.
+  const auto to2 = reg.take_retired_for(2);
+  CHECK(to2 == std::array<std::uint64_t, 4>{1, 2, 3, 4});
+  CHECK(reg.pending() == 6);
+  // A record tells everyone: the four oldest any peer lacks, then the rest.
+  const auto first = reg.take_retired();
+  CHECK(first == std::array<std::uint64_t, 4>{1, 2, 3, 4});
+  const auto second = reg.take_retired();
+  CHECK(second == std::array<std::uint64_t, 4>{5, 6, 0, 0});
+  CHECK(reg.pending() == 0);
+  CHECK(reg.take_retired() == std::array<std::uint64_t, 4>{});
+  // Nobody to tell (every peer in this process): nothing queued.
+  reg.add({0x9000, 16, 9, {}});
+  CHECK(reg.sweep([](std::uintptr_t, std::uint64_t) { return false; }, 0) == 1);
+  CHECK(reg.pending() == 0);
 }
 
 TEST_CASE("device rules: teardown waits a bounded time for device work that never ends") {

@@ -88,10 +88,12 @@ namespace tutti {
 
 namespace detail::device {
 
-/// What one rank publishes in a call's agreement: its buffers, and for the v-collectives three
-/// words per peer (an offset, a count, a count expected), read by `ipc_world::words`.
+/// What one rank publishes in a call's agreement: its buffers, the allocations it found freed
+/// since its last record (its peers close their mappings of them), and for the v-collectives
+/// three words per peer (an offset, a count, a count expected), read by `ipc_world::words`.
 struct call_record {
   buffer_token in, out;
+  retired_ids retired{};
 };
 
 /// A cuda_ipc group's state on one rank, shared by the transport's copies.
@@ -100,7 +102,9 @@ struct ipc_world {
   int rank = 0, size = 1;
   std::shared_ptr<device_state> dev;
   std::chrono::milliseconds timeout{300000};
-  bool same_process = false;
+  std::vector<char> local;       ///< per rank: whether it runs in this process (by pid)
+  bool all_local = false;        ///< every rank in this process (threads)
+  bool shares_process = false;   ///< another rank runs in this process (shares its CUDA context)
   bool flags = false;            ///< barriers in kernels (else events and the host)
   int flag_blocks = 1;           ///< the grid of every kernel with barriers (agreed)
   std::size_t one_shot_bytes = std::size_t{256} << 10;
@@ -148,7 +152,7 @@ struct ipc_world {
     }
     // Threads: a peer's kernel may still read this rank's flags; its barriers are bounded, and
     // nothing in one process waits on another's events.
-    if (quiet && same_process) cudaDeviceSynchronize();
+    if (quiet && all_local) cudaDeviceSynchronize();
     if (!quiet) {
       (void)work.release();
       (void)bufs.release();
@@ -225,12 +229,16 @@ TUTTI_COLD inline std::shared_ptr<ipc_world> make_ipc_world(control ctl, int dev
   }
   std::vector<info> all(static_cast<std::size_t>(w->size));
   w->ctl.all_gather(fp, reinterpret_cast<const std::byte*>(&mine), reinterpret_cast<std::byte*>(all.data()), sizeof(info), wc);
-  w->same_process = std::all_of(all.begin(), all.end(), [&](const info& i) { return i.pid == mine.pid; });
+  std::vector<std::int64_t> pids;
+  for (const info& i : all) pids.push_back(i.pid);
+  w->local = same_process_peers(pids, w->rank);
+  w->all_local = tutti::detail::device::all_local(w->local);
+  w->shares_process = std::count(w->local.begin(), w->local.end(), char{1}) > 1;
   for (int q = 0; q < w->size; ++q)
     if (all[static_cast<std::size_t>(q)].mode != mine.mode)
       throw config_error("tutti::cuda_ipc: TUTTI_CUDA_IPC_SYNC differs between rank " + std::to_string(w->rank) +
                          " and rank " + std::to_string(q) + " (every rank must use the same)");
-  w->flags = mine.mode == 2 || (mine.mode == 0 && w->same_process);
+  w->flags = mine.mode == 2 || (mine.mode == 0 && w->all_local);
   int min_per_rank_sms = 1 << 30, min_sms = 1 << 30;
   for (const info& i : all) {
     int sharing = 0;
@@ -241,9 +249,10 @@ TUTTI_COLD inline std::shared_ptr<ipc_world> make_ipc_world(control ctl, int dev
   // Kernels with barriers: every rank's whole grid resident at once (one block per
   // multiprocessor, shared among the ranks of a device), and at most 64 blocks (the flags).
   w->flag_blocks = std::clamp(min_per_rank_sms, 1, flag_blocks_max);
-  if (w->same_process) {  // threads on different devices read each other's memory directly
-    for (const info& i : all) {
-      if (i.device == device) continue;
+  // Threads of this process on other devices: read each other's memory directly.
+  for (int q = 0; q < w->size; ++q) {
+    const info& i = all[static_cast<std::size_t>(q)];
+    if (w->local[static_cast<std::size_t>(q)] && i.device != device) {
       int can = 0;
       cuda_check(cudaDeviceCanAccessPeer(&can, device, i.device), "cudaDeviceCanAccessPeer");
       if (!can)
@@ -271,7 +280,7 @@ TUTTI_COLD inline std::shared_ptr<ipc_world> make_ipc_world(control ctl, int dev
   cuda_check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&w->abort_dev), w->abort_word, 0), "cudaHostGetDevicePointer");
   w->work = std::make_unique<stream_work>("tutti::cuda_ipc", prop.multiProcessorCount * 2);
   w->abort_stream = stream_handle::create();
-  w->bufs = std::make_unique<ipc_buffers>(device, w->same_process);
+  w->bufs = std::make_unique<ipc_buffers>(device, w->local);
   cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 
   buffer_token sync_token = w->bufs->export_buffer(w->sync_mem, flag_bytes + w->stage_bytes, "cuda_ipc's flags");
@@ -285,7 +294,9 @@ TUTTI_COLD inline std::shared_ptr<ipc_world> make_ipc_world(control ctl, int dev
   }
 
   // 3. Events: ready, mid, done (events mode), and per peer for send and receive (always).
-  const bool ipc = !w->same_process;
+  // Interprocess where a peer runs in another process; a peer of this process takes the event
+  // itself (a process cannot open its own IPC handles).
+  const bool ipc = !w->all_local;
   const auto P = static_cast<std::size_t>(w->size);
   w->ready = event_handle::create(ipc);
   w->mid = event_handle::create(ipc);
@@ -317,7 +328,7 @@ TUTTI_COLD inline std::shared_ptr<ipc_world> make_ipc_world(control ctl, int dev
                     per_rank * sizeof(event_name), wc);
   auto open = [&](std::size_t q, std::size_t i) {
     const event_name& n = names[q * per_rank + i];
-    return ipc ? event_handle::open(n.h) : event_handle::borrow(reinterpret_cast<cudaEvent_t>(n.raw));
+    return w->local[q] ? event_handle::borrow(reinterpret_cast<cudaEvent_t>(n.raw)) : event_handle::open(n.h);
   };
   const auto me = static_cast<std::size_t>(w->rank);
   for (std::size_t q = 0; q < P; ++q) {
@@ -396,7 +407,7 @@ class cuda_ipc {
       throw error(errc::aborted, "tutti::cuda_ipc on rank " + std::to_string(w.rank) +
                                      ": unusable after an earlier failure of its device work: " + f);
     w.activate();
-    if (s && w.flags && w.same_process && (*s == nullptr || *s == cudaStreamLegacy))
+    if (s && w.flags && w.shares_process && (*s == nullptr || *s == cudaStreamLegacy))
       throw usage_error("tutti::cuda_ipc with ranks as threads: each rank needs a stream of its own; the legacy "
                         "default stream, which every thread shares, would run the ranks' kernels one after another "
                         "while each waits for the others (pass a stream from cudaStreamCreate, cudaStreamPerThread, "
@@ -428,6 +439,10 @@ class cuda_ipc {
     return detail::device::stream_completion(w.dev, w.stream(), wc, w.call_name, std::move(why));
   }
 
+  /// How many of its peers' allocations this rank has mapped (CUDA IPC), and how many of its own
+  /// it exported: as many as are alive, since a freed one is closed by its peers at the next call.
+  std::size_t mapped_allocations() const noexcept { return w_->bufs->mapped(); }
+  std::size_t exported_allocations() const noexcept { return w_->bufs->exported(); }
 
   // ---- the memory seam ------------------------------------------------------------------
 
@@ -679,6 +694,7 @@ class cuda_ipc {
     const std::size_t rec_bytes = sizeof(dv::call_record) + nwords * sizeof(std::uint64_t);
     std::vector<std::byte> mine(rec_bytes), all(rec_bytes * size_t_size());
     dv::call_record rec;
+    rec.retired = w.bufs->retire_freed();
     rec.in = w.bufs->export_buffer(b.in, b.in_bytes, what + ": in");
     rec.out = w.bufs->export_buffer(b.out, b.out_bytes, what + ": out");
     std::memcpy(mine.data(), &rec, sizeof rec);
@@ -700,6 +716,7 @@ class cuda_ipc {
       const auto Q = static_cast<std::size_t>(q);
       dv::call_record r;
       std::memcpy(&r, all.data() + Q * rec_bytes, sizeof r);
+      if (q != w.rank) w.bufs->peer_freed(q, r.retired);
       v.in[Q] = q == w.rank ? static_cast<const std::byte*>(b.in) : w.bufs->import_buffer(q, r.in);
       v.out[Q] = q == w.rank ? const_cast<std::byte*>(static_cast<const std::byte*>(b.out)) : w.bufs->import_buffer(q, r.out);
       v.words[Q].resize(nwords);
@@ -832,9 +849,11 @@ class cuda_ipc {
     struct offer {
       dv::buffer_token where;
       std::uint64_t bytes;
+      dv::retired_ids retired;  ///< the sender's allocations freed since (the receiver closes its mappings)
     };
     offer offer_out{}, offer_in{};
     if (hs) {
+      offer_out.retired = w.bufs->retire_freed_for(to);
       offer_out.where = w.bufs->export_buffer(sdata, hs->bytes, what + ": the data sent");
       offer_out.bytes = hs->bytes;
       dv::cuda_check(cudaEventRecord(w.send_ready[static_cast<std::size_t>(to)].get(), s), "cudaEventRecord");
@@ -853,6 +872,7 @@ class cuda_ipc {
     if (hr) {
       if (offer_in.bytes != hr->bytes)
         toolkit::throw_header_mismatch(*hr, w.rank, header{hr->fp, offer_in.bytes}, from, "p2p");
+      w.bufs->peer_freed(from, offer_in.retired);
       const std::byte* src = w.bufs->import_buffer(from, offer_in.where);
       dv::cuda_check(cudaStreamWaitEvent(s, w.peer_send_ready[static_cast<std::size_t>(from)].get(), 0), "cudaStreamWaitEvent");
       if (hr->bytes) dv::cuda_check(cudaMemcpyAsync(rdata, src, hr->bytes, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync");

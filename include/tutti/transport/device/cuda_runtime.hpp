@@ -199,6 +199,18 @@ TUTTI_COLD inline allocation_info allocation_of(const void* p, std::string_view 
   return a;
 }
 
+/// The driver's buffer id of the allocation at `base` (0 where there is none any more: freed).
+/// cuPointerGetAttributes reports no error for an address it does not know; it leaves the id 0.
+inline std::uint64_t buffer_id_at(std::uintptr_t base) {
+  const auto& d = driver_api::get();
+  if (!d.pointer_get_attributes) return 0;
+  int attrs[1] = {7};  // CU_POINTER_ATTRIBUTE_BUFFER_ID
+  unsigned long long id = 0;
+  void* data[1] = {&id};
+  if (d.pointer_get_attributes(1, attrs, data, static_cast<unsigned long long>(base)) != 0) return 0;
+  return id;
+}
+
 /// The allocations already found to lie on a rank's device: a buffer is checked when its
 /// allocation is first met (one driver call), afterwards by a range lookup.
 class device_check {

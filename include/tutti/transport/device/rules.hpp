@@ -7,21 +7,29 @@
 ///   whether or not the kernel has ended (a block that gives up ends its kernel cleanly);
 /// - the kernels' deadline, shorter than the host's, so that a late peer is named by the
 ///   kernel's report before the host's own deadline says only "did not finish";
+/// - which peers share this process (per peer, by pid: in a job of several processes of several
+///   threads each, a peer of this process is reached by its pointer, the others through CUDA IPC);
+/// - the mappings of peers' allocations opened here, and the allocations this rank exported,
+///   which it sweeps for the ones since freed so that its peers close their mappings;
 /// - a bounded wait, for teardown (a dead peer's event must not hold a destructor forever).
 ///
 /// Host code only: compiles without CUDA.
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "tutti/core/error.hpp"
 
@@ -170,6 +178,153 @@ inline poll_decision decide_poll(work_state state, const std::string& cuda_error
   }
   return d;
 }
+
+// ---- who is where ----------------------------------------------------------------------------
+
+/// Per rank: whether it runs in this process (its pid is `pids[me]`). Ranks of this process reach
+/// each other's buffers and events by pointer; the others only through CUDA IPC handles (a
+/// process cannot open its own IPC handles).
+inline std::vector<char> same_process_peers(std::span<const std::int64_t> pids, int me) {
+  std::vector<char> local(pids.size(), 0);
+  for (std::size_t q = 0; q < pids.size(); ++q) local[q] = pids[q] == pids[static_cast<std::size_t>(me)];
+  return local;
+}
+/// Whether every rank runs in this process (threads: one CUDA context per device, in-kernel
+/// barriers by default).
+inline bool all_local(std::span<const char> local) {
+  return std::all_of(local.begin(), local.end(), [](char c) { return c != 0; });
+}
+
+// ---- peers' allocations mapped here, and this rank's exported ones ----------------------------
+
+/// The mappings this rank opened of its peers' allocations (CUDA IPC), one per (peer, allocation
+/// id, handle). A mapping stays open while its exporter keeps the allocation: the exporter sweeps
+/// its exports and names the ones freed in its next records (`retired`), and the importer closes
+/// them then; the rest close at teardown. `Handle` is trivially copyable (cudaIpcMemHandle_t).
+template <class Handle>
+class import_cache {
+ public:
+  struct entry {
+    int peer;
+    std::uint64_t id;
+    Handle handle;
+    void* base;
+  };
+
+  /// The mapping of `peer`'s allocation `id` (exported as `h`), opened by `open(h)` on a miss.
+  template <class Open>
+  void* find_or_open(int peer, std::uint64_t id, const Handle& h, Open&& open) {
+    for (auto& e : entries_)
+      if (e.peer == peer && e.id == id && std::memcmp(&e.handle, &h, sizeof h) == 0) return e.base;
+    void* base = open(h);
+    entries_.push_back({peer, id, h, base});
+    return base;
+  }
+
+  /// Closes (`close(base)`) `peer`'s mappings of the allocations `ids` (0: no id); returns how
+  /// many it closed.
+  template <class Close>
+  int retire(int peer, std::span<const std::uint64_t> ids, Close&& close) {
+    int closed = 0;
+    for (std::uint64_t id : ids) {
+      if (id == 0) continue;
+      for (auto it = entries_.begin(); it != entries_.end();)
+        if (it->peer == peer && it->id == id) {
+          close(it->base);
+          it = entries_.erase(it);
+          ++closed;
+        } else {
+          ++it;
+        }
+    }
+    return closed;
+  }
+
+  template <class Close>
+  void close_all(Close&& close) {
+    for (auto& e : entries_) close(e.base);
+    entries_.clear();
+  }
+
+  std::size_t size() const noexcept { return entries_.size(); }
+  std::size_t size_of(int peer) const noexcept {
+    return static_cast<std::size_t>(std::count_if(entries_.begin(), entries_.end(), [&](const entry& e) { return e.peer == peer; }));
+  }
+
+ private:
+  std::vector<entry> entries_;
+};
+
+/// The allocations this rank exported to its peers (CUDA IPC), by the driver's buffer id, and
+/// the ids of those found freed since, to be named to each peer that may have mapped them
+/// (`retired_per_record` at a time): in a call's record, which every peer reads, or in a send's
+/// offer, which only its receiver reads. So each retired id keeps the set of peers not yet told.
+template <class Handle>
+class export_registry {
+ public:
+  static constexpr int retired_per_record = 4;
+  using retired = std::array<std::uint64_t, retired_per_record>;
+  struct entry {
+    std::uintptr_t base;
+    std::size_t size;
+    std::uint64_t id;
+    Handle handle;
+  };
+
+  const entry* find(std::uint64_t id) const {
+    for (const auto& e : entries_)
+      if (e.id == id) return &e;
+    return nullptr;
+  }
+  void add(const entry& e) { entries_.push_back(e); }
+
+  /// Drops the exports whose allocation is gone (`alive(base, id)` false: the driver knows no
+  /// allocation at `base`, or another one) and queues their ids for the peers in `peers` (a bit
+  /// per rank: those that may have mapped them); returns how many it found.
+  template <class Alive>
+  int sweep(Alive&& alive, std::uint64_t peers) {
+    int gone = 0;
+    for (auto it = entries_.begin(); it != entries_.end();)
+      if (!alive(it->base, it->id)) {
+        if (peers) retired_.push_back({it->id, peers});
+        it = entries_.erase(it);
+        ++gone;
+      } else {
+        ++it;
+      }
+    return gone;
+  }
+
+  /// The next retired ids to name in a record every peer reads (0 where none); every peer counts
+  /// as told.
+  retired take_retired() { return take(~std::uint64_t{0}); }
+  /// The next retired ids `peer` has not been told, for a message only it reads.
+  retired take_retired_for(int peer) { return take(std::uint64_t{1} << peer); }
+
+  std::size_t size() const noexcept { return entries_.size(); }
+  /// Retired ids some peer has not been told yet.
+  std::size_t pending() const noexcept { return retired_.size(); }
+
+ private:
+  struct gone {
+    std::uint64_t id;
+    std::uint64_t untold;  ///< a bit per peer
+  };
+  retired take(std::uint64_t whom) {
+    retired out{};
+    int n = 0;
+    for (auto& g : retired_)
+      if (n < retired_per_record && (g.untold & whom)) {
+        out[static_cast<std::size_t>(n++)] = g.id;
+        g.untold &= ~whom;
+      }
+    retired_.erase(std::remove_if(retired_.begin(), retired_.end(), [](const gone& g) { return g.untold == 0; }),
+                   retired_.end());
+    return out;
+  }
+  std::vector<entry> entries_;
+  std::vector<gone> retired_;
+};
 
 // ---- teardown --------------------------------------------------------------------------------
 
