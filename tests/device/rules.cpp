@@ -1,16 +1,23 @@
 // The host-side rules of the device transports (tutti/transport/device/rules.hpp), on the CPU:
 // how a request settles on its event and its barriers' reports, the kernels' deadline against
 // the host's, which peers share a process, the mappings of peers' allocations and their
-// retirement, the bounded teardown wait.
+// retirement, the bounded teardown wait; and (algo::native) that the ring a transport runs for
+// what it cannot reduce itself (NCCL and user ops) agrees on the fingerprint first.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <span>
 #include <string>
+#include <thread>
+#include <tutti/transport/device/control.hpp>
 #include <tutti/transport/device/rules.hpp>
+#include <tutti/tutti.hpp>
 #include <vector>
 
 using namespace tutti;
@@ -200,6 +207,146 @@ TEST_CASE("device rules: teardown waits a bounded time for device work that neve
   CHECK(polls == 3);
   CHECK(dv::teardown_bound(300000ms) == 10000ms);
   CHECK(dv::teardown_bound(3000ms) == 3000ms);
+}
+
+TEST_SUITE_END();
+
+// ---- algo::native's ring for what the transport cannot reduce --------------------------------
+
+namespace {
+
+/// A transport as tutti::nccl is to algo::native: collectives of its own, which reduce built-in
+/// ops only (`native_reduces`), and messages that carry no fingerprint (NCCL's ncclSend/ncclRecv
+/// move bytes); its agreement is the host all-gather of the fingerprint over a host transport of
+/// its own (device::control, as tutti::nccl's shm beside NCCL's own channels).
+class nccl_like {
+ public:
+  template <class T, class Op>
+  static constexpr bool native_reduces = !std::is_same_v<Op, op::band>;
+
+  nccl_like(inproc messages, inproc host) : inner_(std::move(messages)), host_(host), ctl_(std::move(host)) {}
+  int rank() const { return inner_.rank(); }
+  int size() const { return inner_.size(); }
+  void send(int peer, const header& h, const std::byte* data, const wait_context& w) { inner_.send(peer, bare(h), data, w); }
+  void recv(int peer, const header& h, std::byte* data, const wait_context& w) { inner_.recv(peer, bare(h), data, w); }
+  void sendrecv(int to, const header& hs, const std::byte* sdata, int from, const header& hr, std::byte* rdata,
+                const wait_context& w) {
+    inner_.sendrecv(to, bare(hs), sdata, from, bare(hr), rdata, w);
+  }
+  nccl_like sub(std::span<const int> members, std::uint64_t context) const {
+    return nccl_like(inner_.sub(members, context), host_.sub(members, context));
+  }
+  void fail(std::string_view what) noexcept {
+    inner_.fail(what);
+    ctl_.fail(what);
+  }
+
+  bool native_agree(const fingerprint& fp, const wait_context& w, bool, bool = false) {
+    ++agreements;
+    ctl_.all_gather(fp, nullptr, nullptr, 0, w);
+    return false;
+  }
+  // The native calls (NCCL's own): not reached by what this test calls.
+  template <class... A>
+  void native_broadcast(A&&...) { unused(); }
+  template <class... A>
+  void native_reduce(A&&...) { unused(); }
+  template <class... A>
+  void native_all_reduce(A&&...) { unused(); }
+  template <class... A>
+  void native_gather(A&&...) { unused(); }
+  template <class... A>
+  void native_all_gather(A&&...) { unused(); }
+  template <class... A>
+  void native_scatter(A&&...) { unused(); }
+  template <class... A>
+  void native_all_to_all(A&&...) { unused(); }
+  template <class... A>
+  void native_reduce_scatter(A&&...) { unused(); }
+  template <class... A>
+  void native_barrier(A&&...) { unused(); }
+  template <class... A>
+  void native_all_gather_v(A&&...) { unused(); }
+  template <class... A>
+  void native_gather_v(A&&...) { unused(); }
+  template <class... A>
+  void native_scatter_v(A&&...) { unused(); }
+  template <class... A>
+  void native_all_to_all_v(A&&...) { unused(); }
+  template <class... A>
+  void native_reduce_scatter_v(A&&...) { unused(); }
+
+  int agreements = 0;
+
+ private:
+  [[noreturn]] static void unused() { throw usage_error("nccl_like: a native call the test does not make"); }
+  /// NCCL's messages carry no fingerprint: here only what inproc needs to keep calls apart (the
+  /// communicator and the call's number), nothing of what the call is (collective, count, type,
+  /// op, root), so that ranks in different calls pass each other bytes.
+  static header bare(const header& h) {
+    fingerprint fp;
+    fp.context = h.fp.context;
+    fp.seq = h.fp.seq;
+    return header{fp, h.bytes};
+  }
+  inproc inner_, host_;
+  dv::control ctl_;
+};
+static_assert(native_collectives<nccl_like> && failure_notices<nccl_like>);
+
+/// Runs `body(comm)` on n threads: communicator<nccl_like, algo::native>, its host side a world
+/// of its own.
+template <class Body>
+void on_nccl_like(int n, Body&& body) {
+  auto host = std::make_shared<inproc::world>(n);
+  inproc::run_wrapped<algo::native>(
+      n, [host](inproc t) {
+        const int r = t.rank();
+        return nccl_like(std::move(t), inproc(host, r));
+      },
+      std::forward<Body>(body));
+}
+
+}  // namespace
+
+TEST_SUITE_BEGIN("multirank");
+
+TEST_CASE("algo::native: the ring run for an op the transport lacks agrees on the fingerprint first") {
+  ::setenv("TUTTI_TIMEOUT", "5", 1);
+  // All agree: the ring runs, after one agreement per call.
+  std::vector<int> agreed(3);
+  on_nccl_like(3, [&](auto& comm) {
+    std::vector<std::int32_t> v(10, 1 << comm.rank());
+    comm.all_reduce(v, op::band{});
+    comm.reduce(v, 0, op::band{});
+    std::vector<std::int32_t> out(4);
+    std::vector<std::int32_t> in(12, 7);
+    comm.reduce_scatter(in, out, op::band{});
+    agreed[static_cast<std::size_t>(comm.rank())] = comm.transport().agreements;
+  });
+  for (int a : agreed) CHECK(a == 3);
+  // Rank 1 calls reduce where the others call all_reduce, same count, same op: the ring's
+  // messages would not tell (NCCL's carry nothing); the agreement does, naming both calls.
+  std::vector<std::string> errors(3);
+  try {
+    on_nccl_like(3, [&](auto& comm) {
+      std::vector<std::int32_t> v(10, 1);
+      try {
+        if (comm.rank() == 1) comm.reduce(v, 0, op::band{});
+        else comm.all_reduce(v, op::band{});
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(comm.rank())] = e.what();
+        throw;
+      }
+    });
+  } catch (const std::exception&) {
+  }
+  for (const auto& e : errors) {
+    CAPTURE(e);
+    CHECK(e.find("reduce") != std::string::npos);
+    CHECK(e.find("all_reduce") != std::string::npos);
+  }
+  ::unsetenv("TUTTI_TIMEOUT");
 }
 
 TEST_SUITE_END();
