@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -20,7 +21,7 @@
 
 namespace tutti_gpu_tests {
 
-extern int failures, passes;
+extern std::atomic<int> failures, passes;  // ranks as threads check at once
 
 inline void check(bool ok, const std::string& what) {
   if (ok) ++passes;

@@ -70,6 +70,7 @@ struct native {
     requires native_collectives<typename Ch::transport_type>
   void reduce(Ch& ch, view<T, M> buf, int root, const Op& op) const {
     if constexpr (!native_op<Ch, T, Op>) {
+      agree(ch);  // the ring's messages (NCCL's) carry no fingerprint
       ring{}.reduce(ch, buf, root, op);
     } else {
       agree(ch);
@@ -87,6 +88,7 @@ struct native {
     requires native_collectives<typename Ch::transport_type>
   void all_reduce(Ch& ch, view<const T, M> in, view<T, M> out, const Op& op) const {
     if constexpr (!native_op<Ch, T, Op>) {
+      agree(ch);
       ch.copy(in, out);
       ring{}.all_reduce(ch, out, op);
     } else {
@@ -128,6 +130,7 @@ struct native {
     requires native_collectives<typename Ch::transport_type>
   void reduce_scatter(Ch& ch, view<const T, M> in, view<T, M> out, const Op& op) const {
     if constexpr (!native_op<Ch, T, Op>) {
+      agree(ch);
       ring{}.reduce_scatter(ch, in, out, op);
     } else {
       agree(ch);
@@ -177,6 +180,7 @@ struct native {
     requires native_collectives<typename Ch::transport_type>
   void reduce_scatter_v(Ch& ch, view<const T, M> in, view<T, M> out, const block_counts& b, const Op& op) const {
     if constexpr (!native_op<Ch, T, Op>) {
+      agree(ch);
       ring{}.reduce_scatter_v(ch, in, out, b, op);
     } else {
       if (ch.transport().native_agree(ch.fp(), ch.wait(), blocking, too_large(b)))

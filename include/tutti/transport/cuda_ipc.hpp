@@ -88,10 +88,12 @@ namespace tutti {
 
 namespace detail::device {
 
-/// What one rank publishes in a call's agreement: its buffers, and for the v-collectives three
-/// words per peer (an offset, a count, a count expected), read by `ipc_world::words`.
+/// What one rank publishes in a call's agreement: its buffers, the allocations it found freed
+/// since its last record (its peers close their mappings of them), and for the v-collectives
+/// three words per peer (an offset, a count, a count expected), read by `ipc_world::words`.
 struct call_record {
   buffer_token in, out;
+  retired_ids retired{};
 };
 
 /// A cuda_ipc group's state on one rank, shared by the transport's copies.
@@ -99,39 +101,83 @@ struct ipc_world {
   control ctl;
   int rank = 0, size = 1;
   std::shared_ptr<device_state> dev;
-  bool same_process = false;
+  std::chrono::milliseconds timeout{300000};
+  std::vector<char> local;       ///< per rank: whether it runs in this process (by pid)
+  bool all_local = false;        ///< every rank in this process (threads)
+  bool shares_process = false;   ///< another rank runs in this process (shares its CUDA context)
   bool flags = false;            ///< barriers in kernels (else events and the host)
   int flag_blocks = 1;           ///< the grid of every kernel with barriers (agreed)
   std::size_t one_shot_bytes = std::size_t{256} << 10;
   std::size_t stage_bytes = 0;
-  std::optional<stream_work> work;  ///< the streams, the scratch, the memory seam
+  std::unique_ptr<stream_work> work;  ///< the streams, the scratch, the memory seam
   std::byte* sync_mem = nullptr;                  ///< flags, then the staging buffer (cudaMalloc)
   std::vector<unsigned long long*> flags_of;      ///< every rank's flags, as reached here
   std::vector<const std::byte*> stage_of;         ///< every rank's staging buffer
   barrier_report* report = nullptr;               ///< host-mapped, one per block
   barrier_report* report_dev = nullptr;
-  unsigned int* abort_word = nullptr;             ///< host-mapped
+  unsigned int* abort_word = nullptr;             ///< host-mapped: this rank's kernels leave their barriers
   unsigned int* abort_dev = nullptr;
+  stream_handle abort_stream;                     ///< sets this rank's gave-up word when its host fails
+  bool gave_up = false;
   // Events mode: mine, and my peers' (opened here). p2p: per peer, mine and theirs.
   event_handle ready, mid, done;
   std::vector<event_handle> peer_ready, peer_mid, peer_done;
   std::vector<event_handle> send_ready, recv_done;            ///< mine, per peer
   std::vector<event_handle> peer_send_ready, peer_recv_done;  ///< theirs for me, per peer
-  std::optional<ipc_buffers> bufs;
+  std::unique_ptr<ipc_buffers> bufs;
   std::uint64_t calls = 0;
+  std::uint64_t reported_to = 0;                  ///< the calls whose reports a request already reads
+  std::vector<const void*> loaded;                ///< barrier kernels loaded before any launch (agreed)
   std::string call_name = "cuda_ipc";
 
   ipc_world() = default;
   ipc_world(const ipc_world&) = delete;
   ipc_world& operator=(const ipc_world&) = delete;
+  /// Waits, bounded, for this group's device work before its memory goes: a kernel may wait on a
+  /// dead peer's event forever (between processes), so past the bound this rank's kernels are
+  /// told to leave their barriers, and if the work still does not end its memory is left
+  /// allocated (freeing it would wait, or pull memory from under a kernel) rather than hang.
   ~ipc_world() {
-    cudaSetDevice(dev ? dev->device : 0);
-    cudaDeviceSynchronize();  // nothing of this group may still run when its memory goes
+    if (dev) cudaSetDevice(dev->device);
+    auto idle = [&] {
+      if (work && !work->quiet()) return false;
+      if (abort_stream.get() && cudaStreamQuery(abort_stream.get()) == cudaErrorNotReady) return false;
+      cudaGetLastError();
+      return true;
+    };
+    bool quiet = wait_bounded(idle, teardown_bound(timeout));
+    if (!quiet && abort_word) {
+      *reinterpret_cast<volatile unsigned int*>(abort_word) = 1;
+      quiet = wait_bounded(idle, std::chrono::milliseconds(2000));
+    }
+    // Threads: a peer's kernel may still read this rank's flags; its barriers are bounded, and
+    // nothing in one process waits on another's events.
+    if (quiet && all_local) cudaDeviceSynchronize();
+    if (!quiet) {
+      (void)work.release();
+      (void)bufs.release();
+      cudaGetLastError();
+      return;
+    }
     work.reset();
     bufs.reset();
     if (sync_mem) cudaFree(sync_mem);
     if (report) cudaFreeHost(report);
     if (abort_word) cudaFreeHost(abort_word);
+    cudaGetLastError();
+  }
+
+  /// This rank gives up: its kernels leave their barriers, and its gave-up word (in its flags,
+  /// which its peers' kernels read) is set by a copy on a stream of its own, so that peers'
+  /// kernels stop waiting for it now rather than at their deadline. Never throws.
+  void give_up() noexcept {
+    if (abort_word) *reinterpret_cast<volatile unsigned int*>(abort_word) = 1;
+    if (gave_up || !sync_mem || !abort_stream.get() || !dev) return;
+    gave_up = true;
+    cudaSetDevice(dev->device);
+    cudaMemcpyAsync(sync_mem + gave_up_word * sizeof(unsigned long long), abort_word, sizeof(unsigned int),
+                    cudaMemcpyHostToDevice, abort_stream.get());
+    if (work) work->ended_on_failure();
     cudaGetLastError();
   }
 
@@ -147,6 +193,7 @@ TUTTI_COLD inline std::shared_ptr<ipc_world> make_ipc_world(control ctl, int dev
   w->ctl = std::move(ctl);
   w->rank = w->ctl.rank();
   w->size = w->ctl.size();
+  w->timeout = timeout;
   if (w->size > max_ranks)
     throw config_error("tutti::cuda_ipc: " + std::to_string(w->size) + " ranks; at most " + std::to_string(max_ranks) +
                        " share a host's devices this way (use tutti::nccl)");
@@ -182,12 +229,16 @@ TUTTI_COLD inline std::shared_ptr<ipc_world> make_ipc_world(control ctl, int dev
   }
   std::vector<info> all(static_cast<std::size_t>(w->size));
   w->ctl.all_gather(fp, reinterpret_cast<const std::byte*>(&mine), reinterpret_cast<std::byte*>(all.data()), sizeof(info), wc);
-  w->same_process = std::all_of(all.begin(), all.end(), [&](const info& i) { return i.pid == mine.pid; });
+  std::vector<std::int64_t> pids;
+  for (const info& i : all) pids.push_back(i.pid);
+  w->local = same_process_peers(pids, w->rank);
+  w->all_local = tutti::detail::device::all_local(w->local);
+  w->shares_process = std::count(w->local.begin(), w->local.end(), char{1}) > 1;
   for (int q = 0; q < w->size; ++q)
     if (all[static_cast<std::size_t>(q)].mode != mine.mode)
       throw config_error("tutti::cuda_ipc: TUTTI_CUDA_IPC_SYNC differs between rank " + std::to_string(w->rank) +
                          " and rank " + std::to_string(q) + " (every rank must use the same)");
-  w->flags = mine.mode == 2 || (mine.mode == 0 && w->same_process);
+  w->flags = mine.mode == 2 || (mine.mode == 0 && w->all_local);
   int min_per_rank_sms = 1 << 30, min_sms = 1 << 30;
   for (const info& i : all) {
     int sharing = 0;
@@ -197,10 +248,11 @@ TUTTI_COLD inline std::shared_ptr<ipc_world> make_ipc_world(control ctl, int dev
   }
   // Kernels with barriers: every rank's whole grid resident at once (one block per
   // multiprocessor, shared among the ranks of a device), and at most 64 blocks (the flags).
-  w->flag_blocks = std::clamp(min_per_rank_sms, 1, 64);
-  if (w->same_process) {  // threads on different devices read each other's memory directly
-    for (const info& i : all) {
-      if (i.device == device) continue;
+  w->flag_blocks = std::clamp(min_per_rank_sms, 1, flag_blocks_max);
+  // Threads of this process on other devices: read each other's memory directly.
+  for (int q = 0; q < w->size; ++q) {
+    const info& i = all[static_cast<std::size_t>(q)];
+    if (w->local[static_cast<std::size_t>(q)] && i.device != device) {
       int can = 0;
       cuda_check(cudaDeviceCanAccessPeer(&can, device, i.device), "cudaDeviceCanAccessPeer");
       if (!can)
@@ -215,20 +267,20 @@ TUTTI_COLD inline std::shared_ptr<ipc_world> make_ipc_world(control ctl, int dev
     w->one_shot_bytes = static_cast<std::size_t>(*b);
   w->stage_bytes = w->one_shot_bytes;
 
-  // 2. Flags and staging buffer, host-mapped reports, the own stream.
-  constexpr std::size_t flag_bytes = 64 * sizeof(unsigned long long);
+  // 2. Flags (with the gave-up word) and staging buffer, host-mapped reports, the own streams.
   cuda_check(cudaMalloc(&w->sync_mem, flag_bytes + w->stage_bytes + 16), "cudaMalloc (cuda_ipc's flags and staging)");
   cuda_check(cudaMemset(w->sync_mem, 0, flag_bytes), "cudaMemset");
-  cuda_check(cudaHostAlloc(reinterpret_cast<void**>(&w->report), 64 * sizeof(barrier_report), cudaHostAllocMapped),
+  cuda_check(cudaHostAlloc(reinterpret_cast<void**>(&w->report), report_slots * sizeof(barrier_report), cudaHostAllocMapped),
              "cudaHostAlloc (cuda_ipc's reports)");
-  std::memset(w->report, 0, 64 * sizeof(barrier_report));
+  std::memset(w->report, 0, report_slots * sizeof(barrier_report));
   cuda_check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&w->report_dev), w->report, 0), "cudaHostGetDevicePointer");
   cuda_check(cudaHostAlloc(reinterpret_cast<void**>(&w->abort_word), sizeof(unsigned int), cudaHostAllocMapped),
              "cudaHostAlloc (cuda_ipc's abort word)");
   *w->abort_word = 0;
   cuda_check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&w->abort_dev), w->abort_word, 0), "cudaHostGetDevicePointer");
-  w->work.emplace("tutti::cuda_ipc", prop.multiProcessorCount * 2);
-  w->bufs.emplace(device, w->same_process);
+  w->work = std::make_unique<stream_work>("tutti::cuda_ipc", prop.multiProcessorCount * 2);
+  w->abort_stream = stream_handle::create();
+  w->bufs = std::make_unique<ipc_buffers>(device, w->local);
   cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 
   buffer_token sync_token = w->bufs->export_buffer(w->sync_mem, flag_bytes + w->stage_bytes, "cuda_ipc's flags");
@@ -242,7 +294,9 @@ TUTTI_COLD inline std::shared_ptr<ipc_world> make_ipc_world(control ctl, int dev
   }
 
   // 3. Events: ready, mid, done (events mode), and per peer for send and receive (always).
-  const bool ipc = !w->same_process;
+  // Interprocess where a peer runs in another process; a peer of this process takes the event
+  // itself (a process cannot open its own IPC handles).
+  const bool ipc = !w->all_local;
   const auto P = static_cast<std::size_t>(w->size);
   w->ready = event_handle::create(ipc);
   w->mid = event_handle::create(ipc);
@@ -274,7 +328,7 @@ TUTTI_COLD inline std::shared_ptr<ipc_world> make_ipc_world(control ctl, int dev
                     per_rank * sizeof(event_name), wc);
   auto open = [&](std::size_t q, std::size_t i) {
     const event_name& n = names[q * per_rank + i];
-    return ipc ? event_handle::open(n.h) : event_handle::borrow(reinterpret_cast<cudaEvent_t>(n.raw));
+    return w->local[q] ? event_handle::borrow(reinterpret_cast<cudaEvent_t>(n.raw)) : event_handle::open(n.h);
   };
   const auto me = static_cast<std::size_t>(w->rank);
   for (std::size_t q = 0; q < P; ++q) {
@@ -353,7 +407,7 @@ class cuda_ipc {
       throw error(errc::aborted, "tutti::cuda_ipc on rank " + std::to_string(w.rank) +
                                      ": unusable after an earlier failure of its device work: " + f);
     w.activate();
-    if (s && w.flags && w.same_process && (*s == nullptr || *s == cudaStreamLegacy))
+    if (s && w.flags && w.shares_process && (*s == nullptr || *s == cudaStreamLegacy))
       throw usage_error("tutti::cuda_ipc with ranks as threads: each rank needs a stream of its own; the legacy "
                         "default stream, which every thread shares, would run the ranks' kernels one after another "
                         "while each waits for the others (pass a stream from cudaStreamCreate, cudaStreamPerThread, "
@@ -368,14 +422,27 @@ class cuda_ipc {
     w.work->bind(s);
   }
 
+  /// A request for the work enqueued since the last one: with in-kernel barriers, it reads the
+  /// reports of its calls' barriers (by their generations), done or not.
   std::shared_ptr<detail::operation_state> completion(const wait_context& wc) {
     auto& w = *w_;
     w.work->ended();
-    auto world = w_;
-    return detail::device::stream_completion(w.dev, w.stream(), wc, w.call_name, [world] {
-      return late_text(*world);
-    });
+    const std::uint64_t first = w.reported_to + 1, last = w.calls;
+    w.reported_to = w.calls;
+    detail::device::late_reason why;
+    if (w.flags && first <= last) {
+      const auto kernel_timeout = std::chrono::milliseconds(detail::device::kernel_timeout_ns(wc.timeout) / 1000000);
+      why = [world = w_, first, last, kernel_timeout] {
+        return detail::device::read_reports(world->report, detail::device::report_slots, first, last, kernel_timeout);
+      };
+    }
+    return detail::device::stream_completion(w.dev, w.stream(), wc, w.call_name, std::move(why));
   }
+
+  /// How many of its peers' allocations this rank has mapped (CUDA IPC), and how many of its own
+  /// it exported: as many as are alive, since a freed one is closed by its peers at the next call.
+  std::size_t mapped_allocations() const noexcept { return w_->bufs->mapped(); }
+  std::size_t exported_allocations() const noexcept { return w_->bufs->exported(); }
 
   // ---- the memory seam ------------------------------------------------------------------
 
@@ -414,8 +481,10 @@ class cuda_ipc {
   /// Last words (a usage error on this rank) its peers quote if it stays away.
   void note(std::string_view what) noexcept { w_->ctl.note(what); }
 
+  /// This rank failed: its kernels and its peers' leave their barriers now (its gave-up word),
+  /// and its peers' host calls quote `what`.
   void fail(std::string_view what) noexcept {
-    if (w_->abort_word) *reinterpret_cast<volatile unsigned int*>(w_->abort_word) = 1;  // kernels at a barrier end
+    w_->give_up();
     w_->ctl.fail(what);
   }
 
@@ -588,20 +657,6 @@ class cuda_ipc {
     }
   }
 
-  /// The text of a request that is late: a barrier a block gave up on, naming the peer.
-  static std::string late_text(const detail::device::ipc_world& w) {
-    for (int b = 0; b < 64; ++b) {
-      const auto& r = const_cast<const volatile detail::device::barrier_report&>(w.report[b]);
-      if (!r.waited) continue;
-      return "rank " + std::to_string(r.rank) + " waited at a device barrier for rank " + std::to_string(r.peer) +
-             " (block " + std::to_string(r.block) + ", generation " + std::to_string(r.gen) + ", its flag at " +
-             std::to_string(r.seen) + ") until the deadline: rank " + std::to_string(r.peer) +
-             "'s kernel never arrived (its process gone or stopped, its stream blocked, or the device too full to run "
-             "every rank's kernel at once)";
-    }
-    return {};
-  }
-
   /// The host-side synchronisation of the events mode: every rank has recorded `mine` on its
   /// stream (it records it before this), and this rank's stream waits for every peer's.
   void event_barrier(const fingerprint& fp, detail::device::event_handle& mine,
@@ -639,6 +694,7 @@ class cuda_ipc {
     const std::size_t rec_bytes = sizeof(dv::call_record) + nwords * sizeof(std::uint64_t);
     std::vector<std::byte> mine(rec_bytes), all(rec_bytes * size_t_size());
     dv::call_record rec;
+    rec.retired = w.bufs->retire_freed();
     rec.in = w.bufs->export_buffer(b.in, b.in_bytes, what + ": in");
     rec.out = w.bufs->export_buffer(b.out, b.out_bytes, what + ": out");
     std::memcpy(mine.data(), &rec, sizeof rec);
@@ -660,6 +716,7 @@ class cuda_ipc {
       const auto Q = static_cast<std::size_t>(q);
       dv::call_record r;
       std::memcpy(&r, all.data() + Q * rec_bytes, sizeof r);
+      if (q != w.rank) w.bufs->peer_freed(q, r.retired);
       v.in[Q] = q == w.rank ? static_cast<const std::byte*>(b.in) : w.bufs->import_buffer(q, r.in);
       v.out[Q] = q == w.rank ? const_cast<std::byte*>(static_cast<const std::byte*>(b.out)) : w.bufs->import_buffer(q, r.out);
       v.words[Q].resize(nwords);
@@ -682,13 +739,17 @@ class cuda_ipc {
       }
     }
 
-    // 3. The kernels.
+    // 3. The kernels. With barriers, every kernel this call may launch is loaded first, on every
+    // rank, and the ranks agree once more before any launches: with CUDA's lazy loading a kernel's
+    // first launch may wait for the whole context, where a peer's kernel may already wait at a
+    // barrier for this one (the first call of each element type and op, per group).
+    if (w.flags) load_barrier_kernels<T, Op>(fp, wc);
     dv::barrier_args ba;
     for (int q = 0; q < w.size; ++q) ba.flags[q] = w.flags_of[static_cast<std::size_t>(q)];
     ba.rank = w.rank;
     ba.ranks = w.size;
     ba.gen = 4 * call;
-    ba.timeout_ns = static_cast<unsigned long long>(wc.timeout.count()) * 1000000ull;
+    ba.timeout_ns = dv::kernel_timeout_ns(wc.timeout);  // before the host's: the report names the peer
     ba.report = w.report_dev;
     ba.abort = w.abort_dev;
     const int threads = dv::kernel_threads;
@@ -742,6 +803,25 @@ class cuda_ipc {
     event_barrier(fp, w.done, w.peer_done, wc);
   }
 
+  /// Loads (cudaFuncGetAttributes) the kernels with barriers of element type T and op Op, the
+  /// first time this group meets them, then agrees (a bare all-gather): no rank launches one
+  /// before every rank has loaded it. The agreement before it told every rank that every
+  /// earlier kernel of the group is launched, so a load that waits for the context ends.
+  template <class T, class Op>
+  void load_barrier_kernels(const fingerprint& fp, const wait_context& wc) {
+    namespace dv = detail::device;
+    auto& w = *w_;
+    const void* key = reinterpret_cast<const void*>(&dv::two_shot_kernel<T, Op>);
+    if (std::find(w.loaded.begin(), w.loaded.end(), key) != w.loaded.end()) return;
+    cudaFuncAttributes a{};
+    dv::cuda_check(cudaFuncGetAttributes(&a, dv::two_shot_kernel<T, Op>), "cudaFuncGetAttributes (two_shot_kernel)");
+    dv::cuda_check(cudaFuncGetAttributes(&a, dv::reduce_phase_kernel<T, Op, true>),
+                   "cudaFuncGetAttributes (reduce_phase_kernel)");
+    dv::cuda_check(cudaFuncGetAttributes(&a, dv::copy_phase_kernel<true>), "cudaFuncGetAttributes (copy_phase_kernel)");
+    w.loaded.push_back(key);
+    w.ctl.all_gather(fp, nullptr, nullptr, 0, wc);
+  }
+
   template <class T>
   static detail::device::sources<T> sources_of(const detail::device::step& st) {
     detail::device::sources<T> s{};
@@ -769,9 +849,11 @@ class cuda_ipc {
     struct offer {
       dv::buffer_token where;
       std::uint64_t bytes;
+      dv::retired_ids retired;  ///< the sender's allocations freed since (the receiver closes its mappings)
     };
     offer offer_out{}, offer_in{};
     if (hs) {
+      offer_out.retired = w.bufs->retire_freed_for(to);
       offer_out.where = w.bufs->export_buffer(sdata, hs->bytes, what + ": the data sent");
       offer_out.bytes = hs->bytes;
       dv::cuda_check(cudaEventRecord(w.send_ready[static_cast<std::size_t>(to)].get(), s), "cudaEventRecord");
@@ -790,6 +872,7 @@ class cuda_ipc {
     if (hr) {
       if (offer_in.bytes != hr->bytes)
         toolkit::throw_header_mismatch(*hr, w.rank, header{hr->fp, offer_in.bytes}, from, "p2p");
+      w.bufs->peer_freed(from, offer_in.retired);
       const std::byte* src = w.bufs->import_buffer(from, offer_in.where);
       dv::cuda_check(cudaStreamWaitEvent(s, w.peer_send_ready[static_cast<std::size_t>(from)].get(), 0), "cudaStreamWaitEvent");
       if (hr->bytes) dv::cuda_check(cudaMemcpyAsync(rdata, src, hr->bytes, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync");

@@ -30,8 +30,9 @@
 ///   `timeout_error`, and the communicator is then unusable: its next call raises the failure
 ///   and aborts the NCCL communicator. Calls may be captured into a CUDA graph (the agreement
 ///   happens at capture; a captured call's request is complete at once).
-/// - NCCL before 2.30 refuses two ranks on one GPU ("Duplicate GPU detected"): tutti says so
-///   before NCCL's init (tutti::cuda_ipc allows it).
+/// - NCCL refuses two ranks on one GPU ("Duplicate GPU detected"; 2.30 and later allow it with
+///   NCCL_MULTI_RANK_GPU_ENABLE=1): tutti says so before NCCL's init, as a config_error
+///   (tutti::cuda_ipc allows it).
 #pragma once
 
 #if !defined(__CUDACC__)
@@ -45,6 +46,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -109,7 +111,7 @@ struct nccl_world {
   std::shared_ptr<device_state> dev;
   nccl_abi::comm_t comm = nullptr;
   bool broken = false;
-  std::optional<stream_work> work;  ///< the streams, the scratch, the memory seam
+  std::unique_ptr<stream_work> work;  ///< the streams, the scratch, the memory seam
   std::chrono::milliseconds timeout{300000};
   std::string call_name = "tutti::nccl";
   std::optional<device_check> checked;  ///< the allocations met so far, on this rank's device
@@ -117,24 +119,18 @@ struct nccl_world {
   nccl_world() = default;
   nccl_world(const nccl_world&) = delete;
   nccl_world& operator=(const nccl_world&) = delete;
+  /// Finalises (or, broken, aborts) the NCCL communicator, bounded (end_comm), then waits,
+  /// bounded too, for tutti's own work on its streams before freeing its scratch; work that does
+  /// not end (a kernel behind a dead peer) keeps its memory rather than hang the destructor.
   ~nccl_world() {
     if (dev) cudaSetDevice(dev->device);
-    if (comm) {
-      bool clean = !broken;
-      if (clean && lib->comm_finalize(comm) != nccl_abi::in_progress) clean = false;
-      // Finalize flushes what is enqueued; bounded, since a peer may be gone.
-      const auto deadline = std::chrono::steady_clock::now() + std::min(timeout, std::chrono::milliseconds(10000));
-      while (clean) {
-        nccl_abi::result_t st = nccl_abi::success;
-        lib->comm_get_async_error(comm, &st);
-        if (st == nccl_abi::success) break;
-        if (st != nccl_abi::in_progress || std::chrono::steady_clock::now() > deadline) clean = false;
-        else std::this_thread::sleep_for(std::chrono::microseconds(100));
-      }
-      if (clean) lib->comm_destroy(comm);
-      else lib->comm_abort(comm);
+    if (comm) end_comm(*lib, comm, broken, teardown_bound(timeout));
+    comm = nullptr;
+    if (work && !wait_bounded([&] { return work->quiet(); }, teardown_bound(timeout))) {
+      (void)work.release();
+      cudaGetLastError();
+      return;
     }
-    cudaDeviceSynchronize();
     work.reset();
     cudaGetLastError();
   }
@@ -213,20 +209,20 @@ TUTTI_COLD inline std::shared_ptr<nccl_world> make_nccl_world(control ctl, int d
   fp.context = context;
   fp.coll = collective::group;
   fp.seq = 0x6e63636c5f6964ull;  // "nccl_id"
-  // Which device each rank uses: NCCL before 2.30 refuses two ranks on one.
+  // Which device each rank uses: NCCL refuses two ranks on one (2.30 and later allow it with
+  // NCCL_MULTI_RANK_GPU_ENABLE=1); said here, before an init that would fail asynchronously.
   cudaDeviceProp prop{};
   cuda_check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
   std::vector<std::array<char, 16>> uuids(static_cast<std::size_t>(w->size));
   std::array<char, 16> mine{};
   std::memcpy(mine.data(), &prop.uuid, 16);
   w->ctl.all_gather(fp, reinterpret_cast<const std::byte*>(mine.data()), reinterpret_cast<std::byte*>(uuids.data()), 16, wc);
-  if (w->lib->version < nccl_abi::version_code(2, 30, 0))
-    for (int q = 0; q < w->size; ++q)
-      if (q != w->rank && uuids[static_cast<std::size_t>(q)] == mine)
-        throw config_error("tutti::nccl: rank " + std::to_string(w->rank) + " and rank " + std::to_string(q) +
-                           " use the same GPU (device " + std::to_string(device) + "), which NCCL " +
-                           w->lib->version_text() + " refuses (\"Duplicate GPU detected\"; NCCL 2.30 allows it with "
-                           "NCCL_MULTI_RANK_GPU_ENABLE=1): give each rank its own GPU, or use tutti::cuda_ipc");
+  const char* multi_rank = std::getenv("NCCL_MULTI_RANK_GPU_ENABLE");
+  for (int q = 0; q < w->size; ++q)
+    if (q != w->rank && uuids[static_cast<std::size_t>(q)] == mine)
+      if (std::string t = shared_gpu_refusal(w->lib->version, w->lib->version_text(), multi_rank, w->rank, q, device);
+          !t.empty())
+        throw config_error(t);
   nccl_abi::unique_id id{};
   if (w->rank == 0) {
     const auto r = w->lib->get_unique_id(&id);
@@ -244,7 +240,7 @@ TUTTI_COLD inline std::shared_ptr<nccl_world> make_nccl_world(control ctl, int d
   }
   w->comm = c;
   w->settle(c, r, "ncclCommInitRankConfig", wc);
-  w->work.emplace("tutti::nccl", prop.multiProcessorCount * 2);
+  w->work = std::make_unique<stream_work>("tutti::nccl", prop.multiProcessorCount * 2);
   w->checked.emplace(device);
   return w;
 }
@@ -351,7 +347,7 @@ class nccl {
     if (hs.fp.coll == collective::send_recv)
       w_->ctl.sendrecv(to, header{hs.fp, 0}, nullptr, from, header{hr.fp, 0}, nullptr, wc);
     auto& w = *w_;
-    grouped(wc, "ncclSend/ncclRecv", [&] {
+    grouped(wc, "ncclSend/ncclRecv", [&](auto&& check) {
       check(w.lib->send(sdata, hs.bytes, detail::nccl_abi::uint8, to, w.comm, w.stream()), "ncclSend");
       check(w.lib->recv(rdata, hr.bytes, detail::nccl_abi::uint8, from, w.comm, w.stream()), "ncclRecv");
     });
@@ -389,7 +385,7 @@ class nccl {
     g->call_name = "tutti::nccl (NCCL " + w.lib->version_text() + ") on rank " + std::to_string(g->rank) + " of a group";
     g->comm = child;
     g->settle(child, detail::nccl_abi::in_progress, "ncclCommSplit (the new communicator)", wc);
-    g->work.emplace("tutti::nccl", w.work->max_blocks());
+    g->work = std::make_unique<detail::device::stream_work>("tutti::nccl", w.work->max_blocks());
     g->checked.emplace(g->dev->device);
     nccl t;
     t.w_ = std::move(g);
@@ -454,7 +450,7 @@ class nccl {
     }
     const bool at_root = rank() == root;
     if (at_root) copy(byte_ptr(out) + bytes * static_cast<std::size_t>(root), byte_ptr(in), bytes);
-    grouped(wc, "gather (ncclSend/ncclRecv)", [&] {
+    grouped(wc, "gather (ncclSend/ncclRecv)", [&](auto&& check) {
       if (!at_root) return check(w.lib->send(in, bytes, detail::nccl_abi::uint8, root, w.comm, w.stream()), "ncclSend");
       for (int q = 0; q < size(); ++q)
         if (q != root)
@@ -483,7 +479,7 @@ class nccl {
     }
     const bool at_root = rank() == root;
     if (at_root) copy(byte_ptr(out), byte_ptr(in) + bytes * static_cast<std::size_t>(root), bytes);
-    grouped(wc, "scatter (ncclSend/ncclRecv)", [&] {
+    grouped(wc, "scatter (ncclSend/ncclRecv)", [&](auto&& check) {
       if (!at_root) return check(w.lib->recv(out, bytes, detail::nccl_abi::uint8, root, w.comm, w.stream()), "ncclRecv");
       for (int q = 0; q < size(); ++q)
         if (q != root)
@@ -504,7 +500,7 @@ class nccl {
     }
     const auto me = static_cast<std::size_t>(rank());
     copy(byte_ptr(out) + bytes * me, byte_ptr(in) + bytes * me, bytes);
-    grouped(wc, "all_to_all (ncclSend/ncclRecv)", [&] {
+    grouped(wc, "all_to_all (ncclSend/ncclRecv)", [&](auto&& check) {
       for (int q = 0; q < size(); ++q) {
         if (q == rank()) continue;
         const auto Q = static_cast<std::size_t>(q);
@@ -537,7 +533,7 @@ class nccl {
     auto& w = *w_;
     const auto me = rank();
     copy(byte_ptr(out) + b.offset(me) * sizeof(T), byte_ptr(in), b.count(me) * sizeof(T));
-    grouped(wc, "all_gather_v (ncclSend/ncclRecv)", [&] {
+    grouped(wc, "all_gather_v (ncclSend/ncclRecv)", [&](auto&& check) {
       for (int q = 0; q < size(); ++q) {
         if (q == me) continue;
         check(w.lib->send(in, b.count(me) * sizeof(T), detail::nccl_abi::uint8, q, w.comm, w.stream()), "ncclSend");
@@ -555,7 +551,7 @@ class nccl {
     auto& w = *w_;
     const bool at_root = rank() == root;
     if (at_root) copy(byte_ptr(out) + b.offset(root) * sizeof(T), byte_ptr(in), in_count * sizeof(T));
-    grouped(wc, "gather_v (ncclSend/ncclRecv)", [&] {
+    grouped(wc, "gather_v (ncclSend/ncclRecv)", [&](auto&& check) {
       if (!at_root) return check(w.lib->send(in, in_count * sizeof(T), detail::nccl_abi::uint8, root, w.comm, w.stream()), "ncclSend");
       for (int q = 0; q < size(); ++q)
         if (q != root)
@@ -572,7 +568,7 @@ class nccl {
     auto& w = *w_;
     const bool at_root = rank() == root;
     if (at_root) copy(byte_ptr(out), byte_ptr(in) + b.offset(root) * sizeof(T), out_count * sizeof(T));
-    grouped(wc, "scatter_v (ncclSend/ncclRecv)", [&] {
+    grouped(wc, "scatter_v (ncclSend/ncclRecv)", [&](auto&& check) {
       if (!at_root) return check(w.lib->recv(out, out_count * sizeof(T), detail::nccl_abi::uint8, root, w.comm, w.stream()), "ncclRecv");
       for (int q = 0; q < size(); ++q)
         if (q != root)
@@ -589,7 +585,7 @@ class nccl {
     auto& w = *w_;
     const auto me = rank();
     copy(byte_ptr(out) + recv.offset(me) * sizeof(T), byte_ptr(in) + send.offset(me) * sizeof(T), recv.count(me) * sizeof(T));
-    grouped(wc, "all_to_all_v (ncclSend/ncclRecv)", [&] {
+    grouped(wc, "all_to_all_v (ncclSend/ncclRecv)", [&](auto&& check) {
       for (int q = 0; q < size(); ++q) {
         if (q == me) continue;
         check(w.lib->send(byte_ptr(in) + send.offset(q) * sizeof(T), send.count(q) * sizeof(T), detail::nccl_abi::uint8, q,
@@ -610,7 +606,7 @@ class nccl {
     named(fp);
     on_device(in, b.total * sizeof(T), out, b.count(rank()) * sizeof(T));
     auto& w = *w_;
-    grouped(wc, "reduce_scatter_v (ncclReduce)", [&] {
+    grouped(wc, "reduce_scatter_v (ncclReduce)", [&](auto&& check) {
       for (int q = 0; q < size(); ++q)
         check(w.lib->reduce(byte_ptr(in) + b.offset(q) * sizeof(T), q == rank() ? static_cast<void*>(out) : nullptr, b.count(q),
                             type<T>(), detail::device::nccl_op<Op>(), q, w.comm, w.stream()),
@@ -634,22 +630,14 @@ class nccl {
     (*w_->checked)(in, in_bytes, w_->call_name.c_str(), "in");
     (*w_->checked)(out, out_bytes, w_->call_name.c_str(), "out");
   }
-  /// An NCCL call inside a group: in progress is expected (the group's end settles it).
-  void check(detail::nccl_abi::result_t r, const char* what) {
-    if (r != detail::nccl_abi::success && r != detail::nccl_abi::in_progress) w_->fail(r, what);
-  }
-  /// `f`'s NCCL calls as one group, settled.
+  /// `f(check)`'s NCCL calls as one group, settled: a call that fails inside it is acted on
+  /// (the communicator aborted, the error raised) only after ncclGroupEnd (run_group).
   template <class F>
   void grouped(const wait_context& wc, const char* what, F&& f) {
     auto& w = *w_;
-    check(w.lib->group_start(), "ncclGroupStart");
-    try {
-      f();
-    } catch (...) {
-      w.lib->group_end();
-      throw;
-    }
-    w.settle(w.comm, w.lib->group_end(), what, wc);
+    const detail::device::group_outcome g = detail::device::run_group(*w.lib, std::forward<F>(f));
+    if (g.error != detail::nccl_abi::success) w.fail(g.error, g.failed);
+    w.settle(w.comm, g.end, what, wc);
   }
 
   std::shared_ptr<detail::device::nccl_world> w_;

@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -27,6 +28,7 @@
 #include "tutti/detail/attributes.hpp"
 #include "tutti/detail/operation.hpp"
 #include "tutti/transport/capabilities.hpp"
+#include "tutti/transport/device/rules.hpp"
 #include "tutti/transport/toolkit/errors.hpp"
 
 namespace tutti::detail::device {
@@ -197,6 +199,18 @@ TUTTI_COLD inline allocation_info allocation_of(const void* p, std::string_view 
   return a;
 }
 
+/// The driver's buffer id of the allocation at `base` (0 where there is none any more: freed).
+/// cuPointerGetAttributes reports no error for an address it does not know; it leaves the id 0.
+inline std::uint64_t buffer_id_at(std::uintptr_t base) {
+  const auto& d = driver_api::get();
+  if (!d.pointer_get_attributes) return 0;
+  int attrs[1] = {7};  // CU_POINTER_ATTRIBUTE_BUFFER_ID
+  unsigned long long id = 0;
+  void* data[1] = {&id};
+  if (d.pointer_get_attributes(1, attrs, data, static_cast<unsigned long long>(base)) != 0) return 0;
+  return id;
+}
+
 /// The allocations already found to lie on a rank's device: a buffer is checked when its
 /// allocation is first met (one driver call), afterwards by a range lookup.
 class device_check {
@@ -273,14 +287,16 @@ struct device_state {
   }
 };
 
-/// Why a request's device work is late: a text naming the peer it waits on, or empty.
-using late_reason = std::function<std::string()>;
+/// Why a request's device work failed although its event may say otherwise: a report of a
+/// barrier its kernels left without a peer (naming the peer), or none.
+using late_reason = std::function<std::optional<device_failure>()>;
 
 /// The state of a request for what was enqueued on `stream` so far: polled (by whoever waits),
-/// it completes when the event recorded now has, fails with the CUDA error a kernel left, or at
-/// the deadline `w.timeout` from now with `timeout_error` saying what the call waited for
-/// (`why`: the peer), or when `w.aborted` is set. `name`: the call, for messages. An async
-/// failure is kept in `st`, so the transport refuses further calls.
+/// as `decide_poll` (rules.hpp) rules: it completes when the event recorded now has and `why`
+/// reports nothing (a report fails it, done or not: a block that gave up ends its kernel
+/// cleanly), fails with the CUDA error a kernel left, or at the deadline `w.timeout` from now
+/// with `timeout_error`, or when `w.aborted` is set. `name`: the call, for messages. A failure
+/// is kept in `st`, so the transport refuses further calls.
 inline std::shared_ptr<operation_state> stream_completion(const std::shared_ptr<device_state>& st, cudaStream_t stream,
                                                           const wait_context& w, std::string name, late_reason why) {
   auto op = std::make_shared<operation_state>();
@@ -299,30 +315,21 @@ inline std::shared_ptr<operation_state> stream_completion(const std::shared_ptr<
   op->poll = [st, ev, deadline, timeout = w.timeout, aborted = w.aborted, name = std::move(name),
               why = std::move(why)](operation_state& s) mutable {
     if (s.done.load(std::memory_order_acquire)) return;
-    std::exception_ptr err;
     const cudaError_t e = cudaEventQuery(ev);
-    if (e == cudaErrorNotReady) {
-      cudaGetLastError();  // not an error: clear it
-      const bool late = std::chrono::steady_clock::now() > deadline;
-      const bool stop = aborted && aborted->load(std::memory_order_acquire);
-      std::string reason = why ? why() : std::string();
-      if (!late && !stop && reason.empty()) return;
-      std::string text;
-      if (stop) text = name + ": the communicator was aborted (communicator::abort) while its device work was pending";
-      else if (!reason.empty()) text = name + ": " + reason;
-      else
-        text = name + ": the device work did not finish within " + toolkit::seconds_text(timeout) +
-               " (a peer that never enqueued its part, or a device that does not progress)";
-      st->set_failure(text);
-      err = stop ? std::make_exception_ptr(error(errc::aborted, text)) : std::make_exception_ptr(timeout_error(text));
-      // The event stays recorded on a stream that may never reach it: not reused.
-    } else {
-      if (e != cudaSuccess) {
-        const std::string text = name + ": the device work failed: " + cuda_text(e);
-        st->set_failure(text);
-        err = std::make_exception_ptr(error(errc::aborted, text));
-      }
-      st->events.give(ev);
+    const work_state state = e == cudaSuccess ? work_state::done : e == cudaErrorNotReady ? work_state::pending
+                                                                                          : work_state::failed;
+    if (state == work_state::pending) cudaGetLastError();  // not an error: clear it
+    const bool late = std::chrono::steady_clock::now() > deadline;
+    const bool stop = aborted && aborted->load(std::memory_order_acquire);
+    const poll_decision d = decide_poll(state, state == work_state::failed ? cuda_text(e) : std::string(), late, stop,
+                                        why ? why() : std::nullopt, name, timeout);
+    if (d.k == poll_decision::kind::pending) return;
+    // An event still pending stays recorded on a stream that may never reach it: not reused.
+    if (state != work_state::pending) st->events.give(ev);
+    std::exception_ptr err;
+    if (d.k == poll_decision::kind::failure) {
+      st->set_failure(d.failure.text);
+      err = to_exception(d.failure);
     }
     complete(s, err);  // later polls see it done and return at once
   };

@@ -14,10 +14,14 @@
 ///   once): block b of each rank publishes a generation number in its flag (release, system
 ///   scope) and waits until every peer's block b has published at least the same (acquire).
 ///   Generations only grow (4 per call), so flags are never reset and a waiter cannot mistake
-///   an old value for a new one. Every wait is bounded: past `timeout_ns` (the global timer) a
-///   block writes what it waited for into its slot of a host-mapped diagnostic array (the host
-///   raises `timeout_error` naming that peer) and the kernel ends; it also ends when the host
-///   sets the abort word. Never `__trap()`: that would break the whole context.
+///   an old value for a new one. Every wait is bounded, and a block leaves it without its peer
+///   when `timeout_ns` (the global timer; shorter than the host's deadline, rules.hpp) passes,
+///   when this rank's host sets its abort word, or when the peer it waits for has given up (its
+///   gave-up word, after its flags). A block that leaves sets this rank's gave-up word (so its
+///   peers stop waiting for it at once, not at their own deadline) and, the block's first thread
+///   to leave only, writes why and for whom into its slot of a host-mapped report array; the
+///   kernel then ends without error, and the host fails the request on the report (rules.hpp).
+///   Never `__trap()`: that would break the whole context.
 #pragma once
 
 #if !defined(__CUDACC__)
@@ -35,21 +39,15 @@
 #include "tutti/core/float16.hpp"
 #include "tutti/op/ops.hpp"
 #include "tutti/transport/device/plans.hpp"
+#include "tutti/transport/device/rules.hpp"
 
 namespace tutti::detail::device {
 
 inline constexpr int kernel_threads = 512;
 
-/// A block's report of a barrier it gave up on (host-mapped memory, one slot per block).
-struct barrier_report {
-  unsigned int waited;          ///< 1: this block timed out
-  int rank, peer, block;        ///< who waited, for whom, in which block
-  unsigned long long gen;       ///< which barrier
-  unsigned long long seen;      ///< the peer's flag when it gave up
-};
-
-/// The barriers of one kernel: every rank's flags (one 64-bit word per block; peers' mapped
-/// here), this rank, the generation of the first barrier, the deadline and where to report.
+/// The barriers of one kernel: every rank's flags (one 64-bit word per block, then its gave-up
+/// word: rules.hpp; peers' mapped here), this rank, the generation of the first barrier, the
+/// deadline and where to report.
 struct barrier_args {
   unsigned long long* flags[max_ranks];
   int rank = 0, ranks = 1;
@@ -73,9 +71,30 @@ __device__ inline unsigned long long load_acquire_sys(const unsigned long long* 
   return v;
 }
 
-/// Block-wide barrier with the same block of every peer, at generation `gen`. False if it gave
-/// up (reported), and then the kernel ends without touching more memory.
+/// Leaves a barrier without `peer`: this rank's gave-up word is set (its peers stop waiting for
+/// it), and the block's first thread to leave (`claimed`, in shared memory) reports why.
+__device__ inline void give_up(const barrier_args& b, report_reason why, int peer, unsigned long long gen,
+                               unsigned long long seen, int* claimed) {
+  store_release_sys(b.flags[b.rank] + gave_up_word, 1);
+  if (b.report && atomicCAS(claimed, 0, 1) == 0) {
+    volatile barrier_report& r = b.report[blockIdx.x];
+    r.reason = static_cast<unsigned int>(why);
+    r.rank = b.rank;
+    r.peer = peer;
+    r.block = static_cast<int>(blockIdx.x);
+    r.gen = gen;
+    r.seen = seen;
+    __threadfence_system();
+    r.stamp = gen;  // last: the host takes the slot as this call's only with it
+    __threadfence_system();
+  }
+}
+
+/// Block-wide barrier with the same block of every peer, at generation `gen`. False if it left
+/// without a peer (reported), and then the kernel ends without touching more memory.
 __device__ inline bool block_barrier(const barrier_args& b, unsigned long long gen) {
+  __shared__ int claimed;
+  if (threadIdx.x == 0) claimed = 0;
   __syncthreads();  // this block's writes so far come before its flag
   if (threadIdx.x == 0) {
     __threadfence_system();
@@ -85,23 +104,17 @@ __device__ inline bool block_barrier(const barrier_args& b, unsigned long long g
   const int t = static_cast<int>(threadIdx.x);
   if (t < b.ranks && t != b.rank) {
     const unsigned long long* f = b.flags[t] + blockIdx.x;
+    const unsigned long long* peer_gave_up = b.flags[t] + gave_up_word;
     const unsigned long long start = global_ns();
     unsigned long long seen = load_acquire_sys(f);
     for (unsigned int i = 1; seen < gen; ++i) {
       if ((i & 255u) == 0) {
-        const bool late = global_ns() - start > b.timeout_ns;
-        if (late || (b.abort && *b.abort)) {
-          if (late && b.report) {
-            barrier_report& r = b.report[blockIdx.x];
-            r.rank = b.rank;
-            r.peer = t;
-            r.block = static_cast<int>(blockIdx.x);
-            r.gen = gen;
-            r.seen = seen;
-            __threadfence_system();
-            r.waited = 1;
-            __threadfence_system();
-          }
+        report_reason why = report_reason::none;
+        if (b.abort && *b.abort) why = report_reason::aborted;
+        else if (load_acquire_sys(peer_gave_up) != 0) why = report_reason::peer_gave_up;
+        else if (global_ns() - start > b.timeout_ns) why = report_reason::timed_out;
+        if (why != report_reason::none) {
+          give_up(b, why, t, gen, seen, &claimed);
           ok = false;
           break;
         }

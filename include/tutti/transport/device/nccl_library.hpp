@@ -17,11 +17,13 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
+#include <chrono>
 #include <climits>
 #include <cstddef>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -188,5 +190,98 @@ struct nccl_library {
     return {lib, {}};
   }
 };
+
+// ---- the rules of driving NCCL, as functions of the library (tested with a fake one) ---------
+
+/// Whether NCCL `version` lets several ranks of a communicator use one GPU: never before 2.30;
+/// from 2.30 only with NCCL_MULTI_RANK_GPU_ENABLE set (`multi_rank_env`: its value, or null),
+/// which NCCL reads as an integer (strtoll, base 0: non-zero enables it). NCCL may also take it
+/// from an nccl.conf file, which tutti does not read: there set the variable instead.
+inline bool nccl_allows_shared_gpu(int version, const char* multi_rank_env) {
+  if (version < nccl_abi::version_code(2, 30, 0)) return false;
+  return multi_rank_env && *multi_rank_env && std::strtoll(multi_rank_env, nullptr, 0) != 0;
+}
+
+/// The `config_error` text for ranks `rank` and `other` on one GPU (`device`) under NCCL
+/// `version` (`version_text`), said before NCCL's init (which would fail asynchronously, as an
+/// abort); empty where NCCL allows it.
+inline std::string shared_gpu_refusal(int version, const std::string& version_text, const char* multi_rank_env, int rank,
+                                      int other, int device) {
+  if (nccl_allows_shared_gpu(version, multi_rank_env)) return {};
+  std::string t = "tutti::nccl: rank " + std::to_string(rank) + " and rank " + std::to_string(other) +
+                  " use the same GPU (device " + std::to_string(device) + "), which NCCL " + version_text + " refuses";
+  if (version < nccl_abi::version_code(2, 30, 0))
+    t += " (\"Duplicate GPU detected\"; NCCL 2.30 and later allow it with NCCL_MULTI_RANK_GPU_ENABLE=1)";
+  else
+    t += std::string(" unless NCCL_MULTI_RANK_GPU_ENABLE=1 (it is ") +
+         (multi_rank_env && *multi_rank_env ? "'" + std::string(multi_rank_env) + "'" : std::string("unset")) + ")";
+  return t + ": give each rank its own GPU, or use tutti::cuda_ipc";
+}
+
+/// How a communicator ended.
+enum class teardown_outcome { destroyed, aborted };
+
+/// Ends `comm`: a communicator that is not `broken` is finalised (ncclCommFinalize flushes what
+/// is enqueued; it returns ncclSuccess when it finished at once, ncclInProgress while it works),
+/// its state polled until it is ncclSuccess for at most `bound` (a peer may be gone), then
+/// destroyed; otherwise, or when finalising fails or takes longer, aborted.
+inline teardown_outcome end_comm(const nccl_library& lib, nccl_abi::comm_t comm, bool broken, std::chrono::milliseconds bound) {
+  bool clean = !broken;
+  if (clean) {
+    const nccl_abi::result_t r = lib.comm_finalize(comm);
+    clean = r == nccl_abi::success || r == nccl_abi::in_progress;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + bound;
+  while (clean) {
+    nccl_abi::result_t st = nccl_abi::success;
+    if (lib.comm_get_async_error(comm, &st) != nccl_abi::success) clean = false;
+    else if (st == nccl_abi::success) break;
+    else if (st != nccl_abi::in_progress || std::chrono::steady_clock::now() > deadline) clean = false;
+    else std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  if (clean) {
+    lib.comm_destroy(comm);
+    return teardown_outcome::destroyed;
+  }
+  lib.comm_abort(comm);
+  return teardown_outcome::aborted;
+}
+
+/// What a group of NCCL calls gave: the first call that failed inside it (`failed`, with its
+/// result `error`), and what ncclGroupEnd returned (`end`: ncclInProgress while a non-blocking
+/// communicator takes it).
+struct group_outcome {
+  nccl_abi::result_t error = nccl_abi::success;
+  std::string failed;
+  nccl_abi::result_t end = nccl_abi::success;
+};
+
+/// Runs `calls(check)` between ncclGroupStart and ncclGroupEnd; `check(result, what)` notes the
+/// first call that failed. Nothing is aborted inside the group: NCCL's group must end (its
+/// state is per thread) before its communicator may be aborted, so the caller acts on the
+/// outcome after ncclGroupEnd. An exception from `calls` ends the group and goes on.
+template <class Calls>
+group_outcome run_group(const nccl_library& lib, Calls&& calls) {
+  group_outcome g;
+  if (const nccl_abi::result_t r = lib.group_start(); r != nccl_abi::success && r != nccl_abi::in_progress) {
+    g.error = r;
+    g.failed = "ncclGroupStart";
+    return g;
+  }
+  auto check = [&g](nccl_abi::result_t r, const char* what) {
+    if (r != nccl_abi::success && r != nccl_abi::in_progress && g.error == nccl_abi::success) {
+      g.error = r;
+      g.failed = what;
+    }
+  };
+  try {
+    calls(check);
+  } catch (...) {
+    lib.group_end();
+    throw;
+  }
+  g.end = lib.group_end();
+  return g;
+}
 
 }  // namespace tutti::detail::device

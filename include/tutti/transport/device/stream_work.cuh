@@ -59,6 +59,28 @@ class stream_work {
     last_ = stream();
     have_last_ = true;
   }
+  /// As `ended`, for a call that failed part-way (what it enqueued so far is what teardown
+  /// waits for); never throws.
+  void ended_on_failure() noexcept {
+    cudaStreamCaptureStatus c = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream(), &c) == cudaSuccess && c == cudaStreamCaptureStatusNone &&
+        cudaEventRecord(last_end_.get(), stream()) == cudaSuccess) {
+      last_ = stream();
+      have_last_ = true;
+    }
+    cudaGetLastError();
+  }
+  /// Whether the work of every call so far has ended (or the device failed: nothing more of it
+  /// runs). Never blocks.
+  bool quiet() const noexcept {
+    if (!have_last_) return true;
+    const cudaError_t e = cudaEventQuery(last_end_.get());
+    if (e == cudaErrorNotReady) {
+      cudaGetLastError();
+      return false;
+    }
+    return true;
+  }
 
   // ---- the memory seam ------------------------------------------------------------------
 
