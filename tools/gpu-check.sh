@@ -84,7 +84,7 @@ if [[ -z $prebuilt ]]; then
     timeout 400 nvcc "${flags[@]}" examples/demo_cuda.cu -o "$bin/tutti_demo_cuda" -ldl &
     timeout 400 nvcc "${flags[@]}" -O3 -DTUTTI_BENCH_HAVE_CUDA tools/tutti_bench/main.cpp tools/tutti_bench/over_inproc.cpp \
       tools/tutti_bench/over_shm.cpp tools/tutti_bench/over_cuda.cu -o "$bin/tutti-bench" -ldl &
-    timeout 120 g++ -std=c++20 -O2 tools/tuttirun.cpp -o "$bin/tuttirun" &
+    timeout 120 g++ -std=c++20 -O2 tools/tuttirun/main.cpp -o "$bin/tuttirun" &
     wait
   ) >"$out/build.log" 2>&1
   say "build: $(elapsed) s"

@@ -1,0 +1,110 @@
+// tuttirun: starting a rank (fork, its own process group, exec) and the signals tuttirun routes to
+// its poll loop.
+#pragma once
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "common.hpp"
+
+namespace tuttirun {
+
+// What a forked child needs, prepared before fork: the child allocates only if exec fails.
+struct child_setup {
+  pid_t launcher_pid;
+  int stdin_fd;  // -1: inherit
+  int out_fd, err_fd;
+  sigset_t mask;
+  struct sigaction sigpipe;
+  char* const* argv;
+  char* const* envp;
+};
+
+[[noreturn]] inline void exec_child(const child_setup& s) {
+  ::setpgid(0, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != s.launcher_pid) ::_exit(exit_launcher_error);  // tuttirun died before prctl
+  if (s.stdin_fd >= 0) ::dup2(s.stdin_fd, STDIN_FILENO);
+  ::dup2(s.out_fd, STDOUT_FILENO);
+  ::dup2(s.err_fd, STDERR_FILENO);
+  ::sigaction(SIGPIPE, &s.sigpipe, nullptr);
+  ::sigprocmask(SIG_SETMASK, &s.mask, nullptr);
+  ::execvpe(s.argv[0], s.argv, s.envp);
+  int err = errno;
+  std::string msg = std::string("tuttirun: cannot run '") + s.argv[0] + "': " + std::strerror(err) + "\n";
+  write_all(STDERR_FILENO, msg);
+  ::_exit(err == ENOENT ? 127 : 126);
+}
+
+struct pipe_ends {
+  int read = -1, write = -1;
+};
+
+inline pipe_ends make_pipe() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw launcher_error(errno_text("pipe"));
+  return {fds[0], fds[1]};
+}
+
+// A rank just started: its pid, which is also its process group's id, and the read ends of the
+// pipes that are its stdout and stderr.
+struct spawned_process {
+  pid_t pid;
+  int out_fd, err_fd;
+};
+
+// Forks and runs `argv` (searched in PATH) with `envp`, as the leader of a process group of its
+// own, with `mask` and `sigpipe` restored and stdin from `stdin_fd` (-1: tuttirun's). Throws
+// launcher_error when a pipe or the fork fails; a failed exec is the child's exit status.
+inline spawned_process spawn(char* const* argv, char* const* envp, int stdin_fd, const sigset_t& mask,
+                             const struct sigaction& sigpipe) {
+  pipe_ends out = make_pipe();
+  pipe_ends err;
+  try {
+    err = make_pipe();
+  } catch (...) {
+    ::close(out.read), ::close(out.write);
+    throw;
+  }
+  child_setup setup{::getpid(), stdin_fd, out.write, err.write, mask, sigpipe, argv, envp};
+  pid_t pid = ::fork();
+  if (pid == 0) exec_child(setup);
+  int fork_errno = errno;
+  ::close(out.write), ::close(err.write);
+  if (pid < 0) {
+    ::close(out.read), ::close(err.read);
+    errno = fork_errno;
+    throw launcher_error(errno_text("fork"));
+  }
+  ::setpgid(pid, pid);  // also here, so that signals reach the group before the child runs
+  return {pid, out.read, err.read};
+}
+
+// Routes the signals tuttirun handles to a signalfd, so that the poll loop sees them. Returns the
+// signal mask and SIGPIPE disposition the ranks should start with.
+inline int setup_signals(sigset_t& child_mask, struct sigaction& child_sigpipe) {
+  struct sigaction dfl{};
+  dfl.sa_handler = SIG_DFL;
+  ::sigaction(SIGCHLD, &dfl, nullptr);  // an inherited SIG_IGN would make waitpid useless
+
+  struct sigaction ign{};
+  ign.sa_handler = SIG_IGN;
+  ::sigaction(SIGPIPE, &ign, &child_sigpipe);  // a closed stdout must not kill tuttirun
+
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGUSR1}) sigaddset(&set, sig);
+  ::sigprocmask(SIG_BLOCK, &set, &child_mask);
+  int fd = ::signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+  if (fd < 0) throw launcher_error(errno_text("signalfd"));
+  return fd;
+}
+
+}  // namespace tuttirun
