@@ -20,14 +20,19 @@
 using namespace tuttirun;
 
 int main(int argc, char** argv) {
-  options opts;
+  command_line cmd;
   try {
-    opts = parse_args(argc, argv);
+    cmd = parse_args(argc, argv);
   } catch (const usage_error& e) {
     say(e.what());
     write_all(STDERR_FILENO, "Try 'tuttirun --help' for more information.\n");
     return exit_usage;
   }
+  if (cmd.what != command_line::action::run) {
+    write_all(STDOUT_FILENO, cmd.what == command_line::action::help ? help_text : version_text);
+    return 0;
+  }
+  options& opts = cmd.opts;
   try {
     sigset_t child_mask;
     struct sigaction child_sigpipe{};

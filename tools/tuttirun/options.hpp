@@ -1,10 +1,9 @@
-// tuttirun: the command line, read into `options` (parse_args), and the --help text.
+// tuttirun: the command line, read into `options` by a pure function (parse_args), and the --help text.
 #pragma once
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <cstdlib>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -189,14 +188,19 @@ inline double parse_seconds(std::string_view flag, std::string_view v, double lo
   return x;
 }
 
-[[noreturn]] inline void print_and_exit(std::string_view text) {
-  write_all(STDOUT_FILENO, text);
-  std::exit(0);
-}
+inline constexpr std::string_view version_text = "tuttirun (tutti) " TUTTI_VERSION "\n";
 
-// Applies one flag. `next` yields the following argument for the `--opt V` form.
+// What the command line asks for: to run the program with `opts`, or to print help_text
+// (-h, --help) or version_text (--version) and exit 0.
+struct command_line {
+  enum class action { run, help, version } what = action::run;
+  options opts;  // with action::run
+};
+
+// Applies one flag. `next` yields the following argument for the `--opt V` form. Returns
+// action::run, or what --help or --version asks for instead.
 template <class Next>
-void apply_flag(options& o, std::string_view arg, Next&& next) {
+command_line::action apply_flag(options& o, std::string_view arg, Next&& next) {
   std::string name(arg.substr(0, arg.find('=')));
   std::replace(name.begin() + 2, name.end(), '_', '-');
   std::optional<std::string_view> inline_value;
@@ -222,26 +226,32 @@ void apply_flag(options& o, std::string_view arg, Next&& next) {
     if (o.master_addr.empty()) throw usage_error("--master-addr: empty address");
   } else if (name == "--no-prefix") { no_value(); o.prefix = false; }
   else if (name == "--keep-going") { no_value(); o.keep_going = true; }
-  else if (name == "--help") { no_value(); print_and_exit(help_text); }
-  else if (name == "--version") { no_value(); print_and_exit("tuttirun (tutti) " TUTTI_VERSION "\n"); }
+  else if (name == "--help") { no_value(); return command_line::action::help; }
+  else if (name == "--version") { no_value(); return command_line::action::version; }
   else throw usage_error("unknown option '" + std::string(arg) + "'");
+  return command_line::action::run;
 }
 
-inline options parse_args(int argc, char** argv) {
-  options o;
+// Reads tuttirun's command line; touches nothing else (no environment, no output). Throws
+// usage_error, whose text says what is wrong, for a bad one. -h, --help and --version end the
+// reading where they stand: what comes after them is not looked at.
+inline command_line parse_args(int argc, char** argv) {
+  command_line c;
+  options& o = c.opts;
   int i = 1;
   for (; i < argc; ++i) {
     std::string_view arg = argv[i];
     if (arg == "--") { ++i; break; }
-    if (arg == "-h") print_and_exit(help_text);
+    if (arg == "-h") return {command_line::action::help, {}};
     if (arg.size() < 3 || !arg.starts_with("--")) {
       if (arg.starts_with("-")) throw usage_error("unknown option '" + std::string(arg) + "'");
       break;  // the program
     }
-    apply_flag(o, arg, [&](const std::string& name) -> std::string_view {
+    const auto what = apply_flag(o, arg, [&](const std::string& name) -> std::string_view {
       if (i + 1 >= argc) throw usage_error(name + " needs a value");
       return argv[++i];
     });
+    if (what != command_line::action::run) return {what, {}};
   }
   if (i >= argc) throw usage_error("no program to run");
   if (o.node_rank >= o.nnodes)
@@ -260,7 +270,7 @@ inline options parse_args(int argc, char** argv) {
   }
   o.program.assign(argv + i, argv + argc);
   o.program.push_back(nullptr);
-  return o;
+  return c;
 }
 
 }  // namespace tuttirun
