@@ -20,6 +20,7 @@ struct failure_report {
   std::string last_line;    // the rank's last line on stderr
   long long unix_ms = 0;    // when tuttirun saw it, by its node's clock
   bool no_restart = false;  // a signal to tuttirun: the job ends after this attempt
+  bool operator==(const failure_report&) const = default;
 };
 
 inline long long unix_ms_now() {

@@ -365,56 +365,49 @@ class rdzv_server final : public rendezvous {
   }
 
   void handle(peer& p, const std::string& line) {
-    const auto f = split_fields(line);
-    if (p.node < 0) return hello(p, f);
-    const long long attempt = attempt_field(f);
-    if (f[0] == "failed" && attempt >= 0) {
-      if (auto r = decode_report(f, 2)) return note_failure(attempt, *r);
-    } else if (f[0] == "done" && attempt >= 0 && f.size() >= 3) {
-      const auto code = field_int(f[2]);
-      const auto r = f.size() > 3 ? decode_report(f, 3) : std::nullopt;
-      if (code && (f.size() == 3 || r)) return note_done(p.node, attempt, static_cast<int>(*code), r);
-    } else if (f[0] == "leave" && f.size() == 2) {
+    const std::optional<rdzv_message> m = decode(line);
+    if (p.node < 0) return hello(p, message_as<rdzv_msg::hello>(m));
+    if (const auto* f = message_as<rdzv_msg::failed>(m)) return note_failure(f->attempt, f->report);
+    if (const auto* d = message_as<rdzv_msg::done>(m)) return note_done(p.node, d->attempt, d->code, d->first);
+    if (const auto* l = message_as<rdzv_msg::leave>(m)) {
       p.closed = true;
-      return abort("node " + std::to_string(p.node) + "'s tuttirun left: " + std::string(f[1]));
+      return abort("node " + std::to_string(p.node) + "'s tuttirun left: " + l->why);
     }
     abort("node " + std::to_string(p.node) + "'s tuttirun sent a line this one does not understand ('" +
           one_field(line.substr(0, 60)) + "'): do all nodes run the same tuttirun?");
   }
 
-  void hello(peer& p, const std::vector<std::string_view>& f) {
+  // A new connection's first line: `h`, or null when it was not a hello of this protocol.
+  void hello(peer& p, const rdzv_msg::hello* h) {
     std::string refusal;
-    const auto nnodes = f.size() == 6 ? field_int(f[3]) : std::nullopt;
-    const auto node = f.size() == 6 ? field_int(f[4]) : std::nullopt;
-    const auto restarts = f.size() == 6 ? field_int(f[5]) : std::nullopt;
-    if (f.size() != 6 || f[0] != "hello" || f[1] != rdzv_protocol || !nnodes || !node || !restarts) {
+    if (!h) {
       log_refusal(p, "it does not speak " + std::string(rdzv_protocol) + " (another program, or another tuttirun version)");
       p.closed = true;  // a stranger gets no answer
       return;
     }
-    if (f[2] != token_hex_) {
+    if (h->token_hex != token_hex_) {
       refusal = "wrong job token: its TUTTI_JOB_TOKEN differs from node 0's";
-    } else if (*nnodes != o_.nnodes) {
-      refusal = "it has --nnodes=" + std::to_string(*nnodes) + ", node 0 has --nnodes=" + std::to_string(o_.nnodes);
-    } else if (*node < 1 || *node >= o_.nnodes) {
-      refusal = "it has --node-rank=" + std::to_string(*node) + " (another node 0?)";
-    } else if (joined_[static_cast<std::size_t>(*node)]) {
-      refusal = "node " + std::to_string(*node) + " has joined already (two tuttiruns with --node-rank=" +
-                std::to_string(*node) + "?)";
-    } else if (*restarts != o_.max_restarts) {
-      refusal = "it has --max-restarts=" + std::to_string(*restarts) + ", node 0 has --max-restarts=" +
+    } else if (h->nnodes != o_.nnodes) {
+      refusal = "it has --nnodes=" + std::to_string(h->nnodes) + ", node 0 has --nnodes=" + std::to_string(o_.nnodes);
+    } else if (h->node < 1 || h->node >= o_.nnodes) {
+      refusal = "it has --node-rank=" + std::to_string(h->node) + " (another node 0?)";
+    } else if (joined_[static_cast<std::size_t>(h->node)]) {
+      refusal = "node " + std::to_string(h->node) + " has joined already (two tuttiruns with --node-rank=" +
+                std::to_string(h->node) + "?)";
+    } else if (h->max_restarts != o_.max_restarts) {
+      refusal = "it has --max-restarts=" + std::to_string(h->max_restarts) + ", node 0 has --max-restarts=" +
                 std::to_string(o_.max_restarts);
     }
     if (!refusal.empty()) {
       log_refusal(p, refusal);
-      p.conn.send("refused\t" + one_field(refusal));
+      p.conn.send(encode(rdzv_msg::refused{refusal}));
       p.conn.drain(steady_clock::now() + std::chrono::seconds(1));
       p.closed = true;
       return;
     }
-    p.node = *node;
-    joined_[static_cast<std::size_t>(*node)] = true;
-    p.conn.send("welcome");
+    p.node = h->node;
+    joined_[static_cast<std::size_t>(h->node)] = true;
+    p.conn.send(encode(rdzv_msg::welcome{}));
     if (std::all_of(joined_.begin(), joined_.end(), [](bool j) { return j; })) start(0, std::nullopt);
   }
 
@@ -424,7 +417,8 @@ class rdzv_server final : public rendezvous {
                           : "restart rendezvous: refused a connection from " + p.conn.peer() + ": " + why);
   }
 
-  void broadcast(const std::string& line) {
+  void broadcast(const rdzv_message& m) {
+    const std::string line = encode(m);
     for (auto& p : peers_)
       if (p->node >= 0 && !p->closed) p->conn.send(line);
   }
@@ -436,7 +430,7 @@ class rdzv_server final : public rendezvous {
     no_restart_ = false;
     std::fill(done_.begin(), done_.end(), std::nullopt);
     deadline_.reset();
-    broadcast("start\t" + std::to_string(attempt) + (after ? "\t" + encode(*after) : ""));
+    broadcast(rdzv_msg::start{attempt, after});
     events.push_back({rdzv_event::kind::start, attempt, 0, after, {}});
   }
 
@@ -445,7 +439,7 @@ class rdzv_server final : public rendezvous {
     no_restart_ = no_restart_ || r.no_restart;
     if (first_) return;
     first_ = r;
-    broadcast("failed\t" + std::to_string(attempt) + "\t" + encode(r));
+    broadcast(rdzv_msg::failed{attempt, r});
     events.push_back({rdzv_event::kind::failed, attempt, 0, r, {}});
     // Every node's ranks are stopped within the failure grace and the grace (and the wait for
     // their output); the rendezvous timeout comes on top.
@@ -473,7 +467,7 @@ class rdzv_server final : public rendezvous {
     decided_ = true;
     deadline_.reset();
     const int code = first_ ? first_->exit_code : 0;
-    broadcast("end\t" + std::to_string(attempt_) + "\t" + std::to_string(code) + (first_ ? "\t" + encode(*first_) : ""));
+    broadcast(rdzv_msg::end{attempt_, code, first_});
     events.push_back({rdzv_event::kind::end, attempt_, code, first_, {}});
   }
 
@@ -481,7 +475,7 @@ class rdzv_server final : public rendezvous {
     if (decided_) return;
     decided_ = true;
     deadline_.reset();
-    broadcast("abort\t" + one_field(why));
+    broadcast(rdzv_msg::abort{why});
     events.push_back({rdzv_event::kind::abort, attempt_, exit_launcher_error, std::nullopt, why});
   }
 
@@ -538,8 +532,7 @@ class rdzv_client final : public rendezvous {
     const int fd = connect_to_node0(o_, steady_clock::now() + to_duration(o_.rdzv_timeout_s), sigfd, sig);
     if (fd < 0) return sig;
     conn_ = std::make_unique<line_conn>(fd, where_);
-    conn_->send("hello\t" + std::string(rdzv_protocol) + "\t" + token_hex_ + "\t" + std::to_string(o_.nnodes) + "\t" +
-                std::to_string(o_.node_rank) + "\t" + std::to_string(o_.max_restarts));
+    conn_->send(encode(rdzv_msg::hello{token_hex_, o_.nnodes, o_.node_rank, o_.max_restarts}));
     // Node 0 gives up on the nodes missing after --rdzv-timeout of its own; this one, a little later.
     wait_for(to_duration(o_.rdzv_timeout_s) + rdzv_margin, "for every node to join");
     return 0;
@@ -572,17 +565,17 @@ class rdzv_client final : public rendezvous {
   }
 
   void report_failure(const failure_report& r) override {
-    conn_->send("failed\t" + std::to_string(r.attempt) + "\t" + encode(r));
+    conn_->send(encode(rdzv_msg::failed{r.attempt, r}));
   }
 
   void report_done(long long attempt, int code, const std::optional<failure_report>& first) override {
-    conn_->send("done\t" + std::to_string(attempt) + "\t" + std::to_string(code) + (first ? "\t" + encode(*first) : ""));
+    conn_->send(encode(rdzv_msg::done{attempt, code, first}));
     if (code != 0 || failed_attempt_ == attempt) wait_after_failure();
   }
 
   void leave(const std::string& why) override {
     if (!conn_) return;
-    conn_->send("leave\t" + one_field(why));
+    conn_->send(encode(rdzv_msg::leave{why}));
     finish();
   }
 
@@ -592,35 +585,32 @@ class rdzv_client final : public rendezvous {
 
  private:
   void handle(const std::string& line) {
-    const auto f = split_fields(line);
-    const long long attempt = attempt_field(f);
-    if (f[0] == "welcome" && f.size() == 1) {
+    const std::optional<rdzv_message> m = decode(line);
+    if (message_as<rdzv_msg::welcome>(m)) {
       welcomed_ = true;
       return;
     }
-    if (f[0] == "refused" && f.size() == 2) return give_up("node 0's tuttirun at " + where_ + " refused this node: " + std::string(f[1]));
-    if (f[0] == "abort" && f.size() == 2) {
+    if (const auto* r = message_as<rdzv_msg::refused>(m))
+      return give_up("node 0's tuttirun at " + where_ + " refused this node: " + r->why);
+    if (const auto* a = message_as<rdzv_msg::abort>(m)) {
       decided_ = true;
-      events.push_back({rdzv_event::kind::abort, 0, exit_launcher_error, std::nullopt, std::string(f[1])});
+      events.push_back({rdzv_event::kind::abort, 0, exit_launcher_error, std::nullopt, a->why});
       return;
     }
-    if (welcomed_ && f[0] == "start" && attempt >= 0 && (f.size() == 2 || decode_report(f, 2))) {
+    if (const auto* s = welcomed_ ? message_as<rdzv_msg::start>(m) : nullptr) {
       deadline_.reset();
-      events.push_back({rdzv_event::kind::start, attempt, 0, f.size() > 2 ? decode_report(f, 2) : std::nullopt, {}});
+      events.push_back({rdzv_event::kind::start, s->attempt, 0, s->after, {}});
       return;
     }
-    if (welcomed_ && f[0] == "failed" && attempt >= 0) {
-      if (auto r = decode_report(f, 2)) {
-        failed_attempt_ = attempt;
-        events.push_back({rdzv_event::kind::failed, attempt, 0, r, {}});
-        return;
-      }
+    if (const auto* f = welcomed_ ? message_as<rdzv_msg::failed>(m) : nullptr) {
+      failed_attempt_ = f->attempt;
+      events.push_back({rdzv_event::kind::failed, f->attempt, 0, f->report, {}});
+      return;
     }
-    if (welcomed_ && f[0] == "end" && attempt >= 0 && f.size() >= 3 && field_int(f[2])) {
+    if (const auto* e = welcomed_ ? message_as<rdzv_msg::end>(m) : nullptr) {
       decided_ = true;
       deadline_.reset();
-      events.push_back({rdzv_event::kind::end, attempt, static_cast<int>(*field_int(f[2])),
-                        f.size() > 3 ? decode_report(f, 3) : std::nullopt, {}});
+      events.push_back({rdzv_event::kind::end, e->attempt, e->code, e->root_cause, {}});
       return;
     }
     give_up("node 0's tuttirun sent a line this one does not understand ('" + one_field(line.substr(0, 60)) +
