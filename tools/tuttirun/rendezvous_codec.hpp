@@ -84,11 +84,14 @@ struct abort {
 using rdzv_message = std::variant<rdzv_msg::hello, rdzv_msg::welcome, rdzv_msg::refused, rdzv_msg::failed,
                                   rdzv_msg::done, rdzv_msg::leave, rdzv_msg::start, rdzv_msg::end, rdzv_msg::abort>;
 
-// `m` as a T, or null when it is another message or none.
+// `m` as a T, or null when it is another message or none. Not of a temporary, which the pointer
+// would outlive.
 template <class T>
 const T* message_as(const std::optional<rdzv_message>& m) {
   return m ? std::get_if<T>(&*m) : nullptr;
 }
+template <class T>
+const T* message_as(const std::optional<rdzv_message>&& m) = delete;
 
 // A text as one field: its tabs and line ends become spaces.
 inline std::string one_field(std::string_view s) {
