@@ -34,8 +34,11 @@ namespace tuttirun {
 
 struct rank_process {
   long long rank = 0;
-  pid_t pid = -1;
+  pid_t pid = -1;  // also its process group's id
   bool running = false;
+  // Its process group is empty: once the rank has exited, what it started there has too. The id
+  // may then be reused by an unrelated group, so it is never signalled again.
+  bool group_gone = false;
   int stopped_by = 0;               // the signal that stopped it while it is stopped, else 0
   std::optional<int> exit_wstatus;  // once it has exited
   long long exited_unix_ms = 0;     // when tuttirun saw it exit
@@ -234,8 +237,7 @@ class launcher {
     for (rank_process& r : ranks_)
       if (r.running && r.stopped_by) kill_stopped(r);
     term_at_.reset();
-    if (std::any_of(ranks_.begin(), ranks_.end(), [](const rank_process& r) { return r.running; }))
-      stop_others("stopping this node's ranks");
+    stop_others("stopping this node's ranks");
   }
 
   // Acts on what node 0's rendezvous said while the ranks run; start and end come only between
@@ -316,9 +318,11 @@ class launcher {
     r.err = {p.err_fd, STDERR_FILENO, {}, true, {}};
   }
 
-  bool finished() const {
-    bool any_running = std::any_of(ranks_.begin(), ranks_.end(), [](const rank_process& r) { return r.running; });
-    if (any_running) return false;
+  bool finished() {
+    if (any_running()) return false;
+    // Once the ranks are being stopped, what they left in their process groups is stopped too
+    // (on_deadlines), although they have exited.
+    if ((term_at_ || kill_at_) && any_group_alive()) return false;
     if (drain_until_ && steady_clock::now() >= *drain_until_) return true;
     return std::none_of(ranks_.begin(), ranks_.end(),
                         [](const rank_process& r) { return r.out.fd >= 0 || r.err.fd >= 0; });
@@ -414,15 +418,15 @@ class launcher {
     if (sig == SIGINT && ++sigints_ >= 2) {
       note_signal(sig);
       say("second SIGINT: killing the ranks");
-      signal_ranks(SIGKILL);
+      signal_groups(SIGKILL);
       return;
     }
     say(std::string("received ") + signal_name(sig) + ", forwarding it to the ranks");
     note_signal(sig);
     if (!failure_ && !interrupted_ && !remote_failure_) interrupted_ = sig;
     term_at_.reset();  // the forwarded signal stops them instead of the SIGTERM after the failure grace
-    signal_ranks(sig);
-    signal_ranks(SIGCONT);
+    signal_groups(sig);
+    signal_groups(SIGCONT);
     arm_kill_timer();
   }
 
@@ -431,7 +435,7 @@ class launcher {
     pid_t pid;
     while ((pid = ::waitpid(-1, &wstatus, WNOHANG | WUNTRACED | WCONTINUED)) > 0) {
       auto r = std::find_if(ranks_.begin(), ranks_.end(), [&](const rank_process& x) { return x.pid == pid; });
-      if (r == ranks_.end()) continue;
+      if (r == ranks_.end()) continue;  // what a rank left behind, adopted (adopt_orphans)
       const std::string who = "rank " + std::to_string(r->rank) + " (pid " + std::to_string(pid) + ") ";
       if (WIFSTOPPED(wstatus)) {
         // A stopped rank holds its peers up until their deadline; say which one it is.
@@ -462,12 +466,12 @@ class launcher {
         say(who + describe_exit(wstatus));
       }
     }
-    bool any_running = std::any_of(ranks_.begin(), ranks_.end(), [](const rank_process& x) { return x.running; });
+    const bool ranks_run = any_running();
     // --keep-going: once the ranks that run on have exited, a stopped one would hold the job forever.
     const bool only_stopped_left =
         std::all_of(ranks_.begin(), ranks_.end(), [](const rank_process& x) { return !x.running || x.stopped_by; }) &&
         std::any_of(ranks_.begin(), ranks_.end(), [](const rank_process& x) { return !x.running; });
-    if (o_.keep_going && any_running && only_stopped_left) {
+    if (o_.keep_going && ranks_run && only_stopped_left) {
       say("only stopped ranks are left");
       for (rank_process& r : ranks_)
         if (r.running && r.stopped_by) kill_stopped(r);
@@ -478,7 +482,9 @@ class launcher {
         note_local_failure(f);
       }
     }
-    if (!any_running && !drain_until_) drain_until_ = steady_clock::now() + drain_after_exit;
+    if (!ranks_run && !drain_until_) drain_until_ = steady_clock::now() + drain_after_exit;
+    // Every round, so that a group is known to be empty before its id can be reused.
+    for (rank_process& r : ranks_) group_alive(r);
   }
 
   // The first failure. Unless `wait_first` is false or --failure-grace=0, the other ranks get the
@@ -490,18 +496,19 @@ class launcher {
   }
 
   // After a failure (this node's, or across nodes another's): the ranks still running (`who`)
-  // get the failure grace, then SIGTERM.
+  // get the failure grace, then SIGTERM. What the ranks left in their process groups gets SIGTERM
+  // once no rank runs: the grace is for ranks to say why.
   void wind_down(bool wait_first, const std::string& who) {
-    if (std::none_of(ranks_.begin(), ranks_.end(), [](const rank_process& r) { return r.running; })) return;
+    const bool ranks_run = any_running();
     // A rank stopped by a signal (SIGSTOP, SIGTSTP, ...) was not stopped by tuttirun: continued,
     // it would run on against peers that are gone, or hang again. It is killed, not resumed.
     for (rank_process& r : ranks_)
       if (r.running && r.stopped_by) kill_stopped(r);
-    if (o_.keep_going) {
-      say("--keep-going: " + who + " run on");
+    if (o_.keep_going) {  // nothing is stopped, as when every rank succeeds
+      if (ranks_run) say("--keep-going: " + who + " run on");
       return;
     }
-    if (wait_first && o_.failure_grace_s > 0) {
+    if (ranks_run && wait_first && o_.failure_grace_s > 0) {
       say("waiting up to " + seconds_text(o_.failure_grace_s) + " s for " + who +
           " to exit on their own (--failure-grace)");
       term_at_ = steady_clock::now() + to_duration(o_.failure_grace_s);
@@ -510,10 +517,14 @@ class launcher {
     stop_others("stopping " + who);
   }
 
-  void stop_others(std::string_view why) {
-    say(why);
-    signal_ranks(SIGTERM);
-    signal_ranks(SIGCONT);  // a rank that stops after this acts on SIGTERM only once continued
+  // SIGTERM to the ranks' process groups, SIGKILL after --grace. Says `why` while a rank runs;
+  // once none does, names the groups with something left in them; does nothing if none has.
+  void stop_others(const std::string& why) {
+    if (any_running()) say(why);
+    else if (any_group_alive()) say("stopping " + left_behind_text());
+    else return;
+    signal_groups(SIGTERM);
+    signal_groups(SIGCONT);  // a rank that stops after this acts on SIGTERM only once continued
     arm_kill_timer();
   }
 
@@ -552,28 +563,65 @@ class launcher {
   }
 
   void on_deadlines() {
-    if (term_at_ && steady_clock::now() >= *term_at_) {
+    // The failure grace ends early once no rank runs: what the ranks left is stopped at once.
+    if (term_at_ && (steady_clock::now() >= *term_at_ || !any_running())) {
       term_at_.reset();
-      if (std::any_of(ranks_.begin(), ranks_.end(), [](const rank_process& r) { return r.running; })) {
-        stop_others(failure_ || !remote_failure_ ? "failure grace over: stopping the other ranks"
-                                                 : "failure grace over: stopping this node's ranks");
-      }
+      stop_others(failure_ || !remote_failure_ ? "failure grace over: stopping the other ranks"
+                                               : "failure grace over: stopping this node's ranks");
     }
     if (kill_at_ && steady_clock::now() >= *kill_at_) {
       kill_at_.reset();
       killed_ = true;
-      if (std::any_of(ranks_.begin(), ranks_.end(), [](const rank_process& r) { return r.running; })) {
-        say("grace period over: killing the remaining ranks");
-        signal_ranks(SIGKILL);
+      const bool ranks_run = any_running();
+      if (ranks_run || any_group_alive()) {
+        say("grace period over: killing " + (ranks_run ? std::string("the remaining ranks") : left_behind_text()));
+        signal_groups(SIGKILL);
       }
     }
   }
 
-  // Signals whole process groups, so that a rank's own children get them as well.
+  bool any_running() const {
+    return std::any_of(ranks_.begin(), ranks_.end(), [](const rank_process& r) { return r.running; });
+  }
+
+  // Whether anything of rank r's process group is left: the rank, or what it started there and
+  // left behind (a `sh -c 'cmd &'`, say, whose job ignores SIGINT and outlives the rank).
+  bool group_alive(rank_process& r) {
+    if (r.running) return true;
+    if (r.pid <= 0 || r.group_gone) return false;
+    if (::kill(-r.pid, 0) == 0) return true;
+    r.group_gone = true;  // ESRCH; or EPERM: nothing in it that tuttirun could signal
+    return false;
+  }
+
+  bool any_group_alive() {
+    bool any = false;
+    for (rank_process& r : ranks_) any = group_alive(r) || any;
+    return any;
+  }
+
+  // "what is left in the process groups of ranks 0, 2": the groups whose ranks have exited.
+  std::string left_behind_text() {
+    std::string ranks;
+    std::size_t n = 0;
+    for (rank_process& r : ranks_)
+      if (!r.running && group_alive(r)) ranks += (n++ ? ", " : "") + std::to_string(r.rank);
+    return "what is left in the process " + std::string(n == 1 ? "group of rank " : "groups of ranks ") + ranks;
+  }
+
+  // SIGUSR1 goes to the running ranks' process groups, so that their own children get it too.
   void signal_ranks(int sig) {
     sent_[sig] = true;
     for (const rank_process& r : ranks_)
       if (r.running) ::kill(-r.pid, sig);
+  }
+
+  // Stopping: every rank's process group that is not empty, its rank exited or not, so that what
+  // a rank started and left behind is stopped with it.
+  void signal_groups(int sig) {
+    sent_[sig] = true;
+    for (rank_process& r : ranks_)
+      if (group_alive(r)) ::kill(-r.pid, sig);
   }
 
   options o_;

@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
     sigset_t child_mask;
     struct sigaction child_sigpipe{};
     int sigfd = setup_signals(child_mask, child_sigpipe);
+    adopt_orphans();
     job_identity job = make_identity(opts);
     std::unique_ptr<rendezvous> rdzv = make_rendezvous(opts, job);
     return launcher(std::move(opts), std::move(job), sigfd, child_mask, child_sigpipe, std::move(rdzv)).run();

@@ -99,9 +99,9 @@ stdout (stderr) prefixed with "[rank R] ", R the global rank; lines of different
 ranks are never mixed. An unfinished last line is completed at exit. Each rank
 is its own process group; its stdin is /dev/null if tuttirun's is a terminal.
 
-Signals: SIGINT, SIGTERM and SIGHUP are forwarded to every running rank's
-process group (SIGKILL follows after the grace period); a second SIGINT sends
-SIGKILL at once. SIGUSR1 is forwarded and nothing else: each rank with a tutti
+Signals: SIGINT, SIGTERM and SIGHUP are forwarded to every rank's process
+group (SIGKILL follows after the grace period); a second SIGINT sends SIGKILL
+at once. SIGUSR1 is forwarded and nothing else: each rank with a tutti
 communicator prints its flight recorder (its last operations) and carries on.
 If tuttirun dies, its ranks are SIGKILLed.
 
@@ -115,6 +115,12 @@ A rank stopped by a signal (SIGSTOP, SIGTSTP, ...) is named when it stops; if
 the job fails while it is stopped, it is killed at once (SIGKILL), and said so.
 A rank killed after the first failure by a signal tuttirun did not send is
 named too.
+
+Whatever stops the ranks stops their process groups, a rank exited or not:
+what a rank started and left there (a shell's `cmd &`, which ignores SIGINT)
+gets the same signals and, after the grace period, SIGKILL, and tuttirun waits
+for that. Once no rank runs, it gets SIGTERM without waiting out the failure
+grace. A job that succeeds, or runs on with --keep-going, leaves it running.
 
 Restarts (--max-restarts=N): once every rank of a failed attempt is gone,
 tuttirun prints that attempt's summary and "restart k/N after rank R exited

@@ -87,6 +87,13 @@ inline spawned_process spawn(char* const* argv, char* const* envp, int stdin_fd,
   return {pid, out.read, err.read};
 }
 
+// Makes tuttirun the parent of what the ranks leave behind: a process whose parent exits (a
+// rank's `cmd &` once the rank's shell is gone) is reparented to tuttirun rather than to init, so
+// that tuttirun reaps it as soon as it exits (reap() in launcher.hpp), and a rank's process group
+// is seen empty at once rather than when init gets round to its zombies. Not inherited by the
+// ranks. Where the kernel refuses (before Linux 3.4), init reaps them, later.
+inline void adopt_orphans() { ::prctl(PR_SET_CHILD_SUBREAPER, 1); }
+
 // Routes the signals tuttirun handles to a signalfd, so that the poll loop sees them. Returns the
 // signal mask and SIGPIPE disposition the ranks should start with.
 inline int setup_signals(sigset_t& child_mask, struct sigaction& child_sigpipe) {
