@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <iterator>
 #include <memory>
 #include <optional>
@@ -90,8 +92,11 @@ class launcher {
     print_summary();
     const failure_report cause = local_cause();
     if (!signalled_ && attempt_ < o_.max_restarts) {
-      say(restart_text(attempt_ + 1, cause));
-      return {true, 0, attempt_ + 1};
+      if (!cause.no_restart) {
+        say(restart_text(attempt_ + 1, cause));
+        return {true, 0, attempt_ + 1};
+      }
+      say("no restart: every attempt would fail the same way");
     }
     if (o_.max_restarts > 0) print_root_cause(cause);
     return {false, *failure_};
@@ -284,6 +289,17 @@ class launcher {
   }
 
   void start_all() {
+    // A program that cannot be run would fail every rank, and every restart, the same way.
+    if (const int err = program_error(o_.program[0], std::getenv("PATH"))) {
+      const std::string why = std::string("cannot run '") + o_.program[0] + "': " + std::strerror(err);
+      say(why);
+      failure_ = exit_code_of_exec_error(err);
+      failure_report f = base_report(*failure_);
+      f.what = why;
+      f.no_restart = true;
+      note_local_failure(f);
+      return;
+    }
     int devnull = -1;
     if (::isatty(STDIN_FILENO)) devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     ranks_.resize(static_cast<std::size_t>(o_.nproc_per_node));

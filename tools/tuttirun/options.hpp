@@ -126,7 +126,9 @@ Restarts (--max-restarts=N): once every rank of a failed attempt is gone,
 tuttirun prints that attempt's summary and "restart k/N after rank R exited
 with status S", and starts every rank again with TUTTI_RESTART_COUNT=k and a
 fresh rendezvous (above). A signal to tuttirun (SIGINT, SIGTERM, SIGHUP) is
-never followed by a restart. When the restarts run out, the summary is followed
+never followed by a restart, nor is a program that cannot be run (not found,
+not executable), which tuttirun names before it starts any rank of an attempt.
+When the restarts run out, the summary is followed
 by the root cause, the first failure of the last attempt: its rank, local rank,
 exit status or signal, time and attempt.
 Across nodes (M > 1), every node restarts together: node 0's tuttirun serves a
@@ -146,7 +148,8 @@ Exit status:
           cause's status)
   128+n   the first rank to fail was killed by signal n, or (if no rank had
           failed before) tuttirun itself received signal n
-  127     a rank's program was not found (126: found but not executable)
+  127     the program was not found (126: found but not executable); no
+          rank was started
   2       bad command line
   1       tuttirun itself failed (pipes, processes, picking a port), or a
           node of the restart rendezvous was gone or late

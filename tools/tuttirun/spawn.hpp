@@ -6,15 +6,50 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <string>
+#include <string_view>
 
 #include "common.hpp"
 
 namespace tuttirun {
+
+// Whether execvpe() could run `file`, checked before any rank starts: 0 if so, else the errno it
+// would fail with (ENOENT: nowhere to be found; EACCES: found, but no executable file). A name
+// without '/' is looked for in `path` (PATH, or execvpe's default when null) as execvpe does:
+// an empty entry is the current directory, and a match that is not executable is passed over
+// for a later one. The exec itself may still fail (a missing ELF interpreter, say): the rank
+// then exits with 127 or 126 (exec_child).
+inline int program_error(std::string_view file, const char* path) {
+  auto exec_error = [](const std::string& candidate) {
+    struct stat st {};
+    if (::stat(candidate.c_str(), &st) != 0) return errno;
+    if (!S_ISREG(st.st_mode)) return EACCES;  // as execve() for a directory
+    return ::faccessat(AT_FDCWD, candidate.c_str(), X_OK, AT_EACCESS) == 0 ? 0 : errno;
+  };
+  if (file.empty()) return ENOENT;
+  if (file.find('/') != std::string_view::npos) return exec_error(std::string(file));
+  std::string_view dirs = path ? path : "/bin:/usr/bin";
+  bool found_not_executable = false;
+  for (std::size_t begin = 0;;) {
+    const std::size_t colon = dirs.find(':', begin);
+    const std::string_view dir = dirs.substr(begin, colon == std::string_view::npos ? colon : colon - begin);
+    const int err = exec_error(dir.empty() ? std::string(file) : std::string(dir) + "/" + std::string(file));
+    if (err == 0) return 0;
+    if (err == EACCES) found_not_executable = true;
+    else if (err != ENOENT && err != ENOTDIR && err != ESTALE && err != ENODEV && err != ETIMEDOUT) return err;
+    if (colon == std::string_view::npos) break;
+    begin = colon + 1;
+  }
+  return found_not_executable ? EACCES : ENOENT;
+}
+
+// A rank's exit status when its program cannot be run, as a shell's: 127 not found, else 126.
+inline int exit_code_of_exec_error(int err) { return err == ENOENT ? 127 : 126; }
 
 // What a forked child needs, prepared before fork: the child allocates only if exec fails.
 struct child_setup {
@@ -40,7 +75,7 @@ struct child_setup {
   int err = errno;
   std::string msg = std::string("tuttirun: cannot run '") + s.argv[0] + "': " + std::strerror(err) + "\n";
   write_all(STDERR_FILENO, msg);
-  ::_exit(err == ENOENT ? 127 : 126);
+  ::_exit(exit_code_of_exec_error(err));
 }
 
 struct pipe_ends {
