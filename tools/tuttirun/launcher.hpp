@@ -86,7 +86,8 @@ class launcher {
     }
   }
 
-  // One node: restart while restarts are left, unless tuttirun was told to stop (a signal).
+  // One node: restart while restarts are left, unless tuttirun was told to stop (a signal) or the
+  // failure would come again (a program that cannot be run).
   attempt_outcome end_attempt() {
     if (!failure_) return {false, interrupted_ ? 128 + interrupted_ : 0};
     print_summary();

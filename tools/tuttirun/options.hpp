@@ -1,4 +1,5 @@
-// tuttirun: the command line, read into `options` by a pure function (parse_args), and the --help text.
+// tuttirun: the command line, read into `options` by a pure function (parse_args), and the text
+// of --help.
 #pragma once
 
 #include <algorithm>

@@ -1,5 +1,6 @@
-// tuttirun: starting a rank (fork, its own process group, exec) and the signals tuttirun routes to
-// its poll loop.
+// tuttirun: starting a rank (whether its program can run, the fork into a process group of its
+// own, the exec), tuttirun as the parent of what ranks leave behind, and the signals tuttirun
+// routes to its poll loop.
 #pragma once
 
 #include <fcntl.h>
