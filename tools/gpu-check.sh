@@ -130,11 +130,16 @@ build_into() {  # build_into DIR: the programs, built in parallel
   timeout 45 nvcc "${flags[@]}" tests/device/gpu_tests.cu -c -o "$bin/gpu_tests.o" &
   timeout 45 nvcc "${flags[@]}" tests/device/gpu_checks_ipc.cu -c -o "$bin/gpu_checks_ipc.o" &
   timeout 45 nvcc "${flags[@]}" tests/device/gpu_checks_nccl.cu -c -o "$bin/gpu_checks_nccl.o" &
-  timeout 45 nvcc "${flags[@]}" -O3 -DTUTTI_BENCH_HAVE_CUDA tools/tutti_bench/main.cpp tools/tutti_bench/over_inproc.cpp \
-    tools/tutti_bench/over_shm.cpp tools/tutti_bench/over_cuda.cu -o "$bin/tutti-bench" -ldl &
-  timeout 45 g++ -std=c++20 -O2 tools/tuttirun.cpp -o "$bin/tuttirun" &
+  # tutti-bench: one object per file, side by side (its transports register themselves at link)
+  timeout 45 nvcc "${flags[@]}" tools/tutti_bench/over_cuda.cu -c -o "$bin/over_cuda.o" &
+  for f in main over_inproc over_shm; do
+    timeout 45 g++ -std=c++20 -O2 -I"$root/include" "tools/tutti_bench/$f.cpp" -c -o "$bin/bench_$f.o" &
+  done
+  timeout 45 g++ -std=c++20 -O2 tools/tuttirun/main.cpp -o "$bin/tuttirun" &
   wait
   timeout 12 nvcc -arch=sm_90 "$bin/gpu_tests.o" "$bin/gpu_checks_ipc.o" "$bin/gpu_checks_nccl.o" -o "$bin/tutti_gpu_tests" -ldl
+  timeout 12 nvcc -arch=sm_90 "$bin/bench_main.o" "$bin/bench_over_inproc.o" "$bin/bench_over_shm.o" "$bin/over_cuda.o" \
+    -o "$bin/tutti-bench" -ldl
 }
 
 kill_check() {  # kill_check TESTS: rank 1 dies; rank 0 must raise within the deadline

@@ -263,6 +263,85 @@ case_second_sigint_kills() {
   expect_dead $(cat "$work"/int.*)
 }
 
+# Writes $work/leaves_sleep.sh, a rank that runs `sleep 300 &` through a shell of its own, as
+# system("sleep 300 &") does, and then runs "$@". The shell runs the sleep with SIGINT ignored, as
+# every `&` job of a non-interactive shell, and exits: the sleep is left with ppid 1 in the rank's
+# process group. $work/left.R holds rank R's sleep's pid, $work/rank.R the rank's. Rank 0's sleep
+# keeps tuttirun's pipes open, rank 1's does not.
+left_behind_rank() {
+  cat >"$work/leaves_sleep.sh" <<EOF
+if [ \$RANK = 0 ]; then
+  sh -c 'sleep 300 & echo \$! >$work/left.\$RANK'
+else
+  sh -c 'sleep 300 >/dev/null 2>&1 & echo \$! >$work/left.\$RANK'
+fi
+echo \$\$ >$work/rank.\$RANK
+$*
+EOF
+}
+
+# Fails the case if a sleep whose pid is in $work/left.* is still there 2 s after tuttirun exited
+# (a SIGKILL may take a moment to land), and kills it. The pid is that sleep's as long as its
+# command line is "sleep 300".
+expect_left_dead() {
+  local f p i
+  for f in "$work"/left.*; do
+    [[ -e $f ]] || { bad "no $f: the rank did not start its sleep"; continue; }
+    p=$(cat "$f")
+    for ((i = 0; i < 40; i++)); do [[ $(alive "$p") ]] || break; sleep 0.05; done
+    if [[ $(alive "$p") && $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null) == "sleep 300 " ]]; then
+      bad "the sleep $p that rank ${f##*.} left in its process group outlived tuttirun"
+      kill -KILL "$p"
+    fi
+  done
+}
+
+case_sigint_kills_what_ranks_left() {
+  # Issue 26: the ranks exit on SIGINT, the sleeps they left ignore it; after --grace, tuttirun
+  # kills both ranks' process groups, although their leaders have exited.
+  left_behind_rank 'exec sleep 30'
+  set -m
+  "$T" --nproc-per-node=2 --grace=1 sh "$work/leaves_sleep.sh" >"$out" 2>"$err" &
+  local launcher=$!
+  set +m
+  wait_files "$work/rank.*" 2
+  wait_files "$work/left.*" 2
+  kill -INT "$launcher"
+  wait_bounded "$launcher" 10
+  expect_rc 130
+  expect_within 4
+  expect_match "$err" '^tuttirun: received SIGINT, forwarding it to the ranks$'
+  expect_line "$err" "tuttirun: grace period over: killing what is left in the process groups of ranks 0, 1"
+  expect_dead $(cat "$work"/rank.*)
+  expect_left_dead
+}
+
+case_failure_stops_what_ranks_left() {
+  # Both ranks fail on their own within the failure grace, leaving sleeps behind: once no rank
+  # runs, what they left is stopped at once (SIGTERM, which it does not ignore).
+  left_behind_rank 'if [ $RANK = 1 ]; then exit 3; fi; sleep 0.2; exit 1'
+  run --nproc-per-node=2 --failure-grace=10 --grace=10 sh "$work/leaves_sleep.sh"
+  expect_rc 3
+  expect_within 3
+  expect_match "$err" '^tuttirun: rank 1 \(pid [0-9]+\) exited with status 3$'
+  expect_line "$err" "tuttirun: stopping what is left in the process groups of ranks 0, 1"
+  expect_no_match "$err" 'grace period over'
+  expect_left_dead
+}
+
+case_success_leaves_background_jobs() {
+  # A job that succeeds is not stopped: what its ranks started in the background runs on.
+  left_behind_rank 'exit 0'
+  run --nproc-per-node=2 sh "$work/leaves_sleep.sh"
+  expect_rc 0
+  expect_no_match "$err" 'stopping|killing'
+  local p
+  for p in $(cat "$work"/left.*); do
+    [[ $(alive "$p") ]] || bad "the sleep $p of a job that succeeded was killed"
+    kill -KILL "$p" 2>/dev/null
+  done
+}
+
 case_launcher_killed() {
   "$T" --nproc-per-node=2 sh -c "echo \$\$ >$work/pid.\$RANK; exec sleep 30" >"$out" 2>"$err" &
   local launcher=$!
@@ -331,11 +410,43 @@ EOF
 }
 
 case_missing_program() {
+  # Found before any rank starts: no rank runs, and the status is a shell's (127).
   run --nproc-per-node=2 /nonexistent/tutti-program
   expect_rc 127
-  expect_within 6
-  expect_match "$err" "tuttirun: cannot run '/nonexistent/tutti-program': No such file or directory"
-  expect_match "$err" '^tuttirun: rank [01] \(pid [0-9]+\) exited with status 127$'
+  expect_within 2
+  expect_line "$err" "tuttirun: cannot run '/nonexistent/tutti-program': No such file or directory"
+  expect_no_match "$err" 'rank [01]'
+  # Looked for in PATH, as the ranks' exec does.
+  PATH=/nonexistent-dir:$PATH run --nproc-per-node=2 tutti-no-such-program-$$
+  expect_rc 127
+  expect_within 2
+  expect_line "$err" "tuttirun: cannot run 'tutti-no-such-program-$$': No such file or directory"
+}
+
+case_missing_program_not_restarted() {
+  # Issue 26: --max-restarts=N started a missing program N + 1 times; it is not started at all.
+  run --nproc-per-node=2 --max-restarts=3 /nonexistent/tutti-program
+  expect_rc 127
+  expect_within 2
+  expect_line "$err" "tuttirun: cannot run '/nonexistent/tutti-program': No such file or directory"
+  expect_line "$err" "tuttirun: no restart: every attempt would fail the same way"
+  expect_no_match "$err" 'restart [0-9]'
+  expect_line "$err" "tuttirun:   rank:       none (cannot run '/nonexistent/tutti-program': No such file or directory)"
+  expect_line "$err" "tuttirun:   exit code:  127"
+}
+
+case_program_not_executable() {
+  # Found, but not a file it can run: 126, as a shell says. A directory too.
+  printf 'echo never\n' >"$work/not-executable"
+  chmod 644 "$work/not-executable"
+  run --nproc-per-node=2 --max-restarts=1 "$work/not-executable"
+  expect_rc 126
+  expect_within 2
+  expect_line "$err" "tuttirun: cannot run '$work/not-executable': Permission denied"
+  expect_no_match "$err" 'never|restart [0-9]'
+  run "$work"
+  expect_rc 126
+  expect_line "$err" "tuttirun: cannot run '$work': Permission denied"
 }
 
 case_free_port() {

@@ -1,0 +1,48 @@
+// tuttirun: start N ranks of a tutti program on this node, the equivalent of
+// `torchrun --nproc-per-node=N`. Linux only; needs nothing beyond libc and the standard library.
+// The parts: options.hpp (the command line), job.hpp (the job's identity and the ranks'
+// environment), spawn.hpp (starting a rank), output.hpp (its output), launcher.hpp (the poll loop
+// and restarts), rendezvous.hpp and rendezvous_codec.hpp (restarts across nodes).
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <memory>
+#include <utility>
+
+#include "common.hpp"
+#include "job.hpp"
+#include "launcher.hpp"
+#include "options.hpp"
+#include "rendezvous.hpp"
+#include "spawn.hpp"
+
+using namespace tuttirun;
+
+int main(int argc, char** argv) {
+  command_line cmd;
+  try {
+    cmd = parse_args(argc, argv);
+  } catch (const usage_error& e) {
+    say(e.what());
+    write_all(STDERR_FILENO, "Try 'tuttirun --help' for more information.\n");
+    return exit_usage;
+  }
+  if (cmd.what != command_line::action::run) {
+    write_all(STDOUT_FILENO, cmd.what == command_line::action::help ? help_text : version_text);
+    return 0;
+  }
+  options& opts = cmd.opts;
+  try {
+    sigset_t child_mask;
+    struct sigaction child_sigpipe{};
+    int sigfd = setup_signals(child_mask, child_sigpipe);
+    adopt_orphans();
+    job_identity job = make_identity(opts);
+    std::unique_ptr<rendezvous> rdzv = make_rendezvous(opts, job);
+    return launcher(std::move(opts), std::move(job), sigfd, child_mask, child_sigpipe, std::move(rdzv)).run();
+  } catch (const launcher_error& e) {
+    say(e.what());
+    return exit_launcher_error;
+  }
+}

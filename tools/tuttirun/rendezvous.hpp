@@ -1,0 +1,653 @@
+// tuttirun: the restart rendezvous across nodes over sockets: node 0's server (rdzv_server), the
+// other nodes' client (rdzv_client), and what the launcher sees of both (rendezvous).
+#pragma once
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common.hpp"
+#include "failure.hpp"
+#include "job.hpp"
+#include "options.hpp"
+#include "rendezvous_codec.hpp"
+
+namespace tuttirun {
+
+// With --nnodes > 1 and --max-restarts > 0, every other node's tuttirun keeps one connection to
+// node 0's (the lines they exchange: rendezvous_codec.hpp). Node 0 takes part like the others,
+// through direct calls; every decision is node 0's, so the nodes always agree on what comes next.
+// `events` hands them to the launcher.
+
+// A connection to node 0's rendezvous must say hello within this, and node 0 must welcome it.
+inline constexpr auto rdzv_hello_within = std::chrono::seconds(10);
+// How long the other nodes wait beyond node 0's own deadlines before they give up on it.
+inline constexpr auto rdzv_margin = std::chrono::seconds(10);
+inline constexpr std::size_t max_rdzv_strangers = 16;  // connections yet to say hello
+
+struct rdzv_event {
+  enum class kind { start, failed, end, abort } what;
+  long long attempt = 0;
+  int code = 0;                          // end: the job's status; abort: tuttirun's
+  std::optional<failure_report> report;  // start: the failure it follows; failed; end: the root cause
+  std::string why;                       // abort
+};
+
+inline std::string host_port_text(const std::string& host, int port) {
+  return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+inline std::string address_text(const sockaddr_storage& a) {
+  char host[NI_MAXHOST], serv[NI_MAXSERV];
+  const socklen_t len = a.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+  if (::getnameinfo(reinterpret_cast<const sockaddr*>(&a), len, host, sizeof host, serv, sizeof serv,
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+    return "an unknown address";
+  return host_port_text(host, std::atoi(serv));
+}
+
+// The rendezvous' connections carry each line at once, and notice a node that vanished without
+// a word (its host went down) in about half a minute.
+inline void tune_rdzv_socket(int fd) {
+  const int one = 1, idle = 15, interval = 5, count = 4;
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+// One connection of the rendezvous, non-blocking: whole lines in, lines out.
+class line_conn {
+ public:
+  line_conn(int fd, std::string peer) : fd_(fd), peer_(std::move(peer)) {}
+  line_conn(const line_conn&) = delete;
+  line_conn& operator=(const line_conn&) = delete;
+  ~line_conn() { ::close(fd_); }
+
+  int fd() const { return fd_; }
+  const std::string& peer() const { return peer_; }
+  bool wants_out() const { return !out_.empty(); }
+
+  void send(std::string_view line) {
+    out_.append(line);
+    out_ += '\n';
+    flush();
+  }
+
+  // Writes what the socket takes now; false once the connection is broken.
+  bool flush() {
+    while (!out_.empty() && !broken_) {
+      const ssize_t n = ::send(fd_, out_.data(), out_.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) out_.erase(0, static_cast<std::size_t>(n));
+      else if (n < 0 && errno == EINTR) continue;
+      else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+      else broken_ = true;
+    }
+    return !broken_;
+  }
+
+  // Waits up to `until` for the peer to take what is still to be sent (before tuttirun exits).
+  void drain(steady_clock::time_point until) {
+    while (flush() && !out_.empty() && steady_clock::now() < until) {
+      pollfd p{fd_, POLLOUT, 0};
+      ::poll(&p, 1, 50);
+    }
+  }
+
+  // Reads what has come and appends its complete lines to `lines`. False (`why` says why) at
+  // EOF, on an error, or when a line is longer than any this protocol sends.
+  bool receive(std::vector<std::string>& lines, std::string& why) {
+    char buf[4096];
+    while (true) {
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
+      if (n > 0) {
+        in_.append(buf, static_cast<std::size_t>(n));
+        for (std::size_t nl; (nl = in_.find('\n')) != std::string::npos; in_.erase(0, nl + 1))
+          lines.push_back(in_.substr(0, nl));
+        if (in_.size() > max_rdzv_line) {
+          why = "it sent a line of more than " + std::to_string(max_rdzv_line) + " bytes";
+          return false;
+        }
+      } else if (n == 0) {
+        why = "it closed the connection";
+        return false;
+      } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        return true;
+      } else if (errno != EINTR) {
+        why = errno_text("recv");
+        return false;
+      }
+    }
+  }
+
+ private:
+  int fd_;
+  std::string peer_;
+  std::string in_, out_;
+  bool broken_ = false;
+};
+
+// What the launcher sees of the rendezvous, on node 0 (rdzv_server) and the others (rdzv_client).
+class rendezvous {
+ public:
+  virtual ~rendezvous() = default;
+  // Before the first attempt: the other nodes connect to node 0. Returns 0, or the signal
+  // (SIGINT, SIGTERM, SIGHUP) that came first. Throws launcher_error when node 0 cannot be reached.
+  virtual int join(int sigfd) = 0;
+  // The descriptors to poll, appended to `fds`; then what poll() said of them, in that order.
+  virtual void add_fds(std::vector<pollfd>& fds) = 0;
+  virtual void on_poll(const pollfd* fds) = 0;
+  // When on_time() has something to check, if ever; on_time() acts on the deadlines passed.
+  virtual std::optional<steady_clock::time_point> deadline() const = 0;
+  virtual void on_time() = 0;
+  // This node's first failure of an attempt, as it happens.
+  virtual void report_failure(const failure_report& r) = 0;
+  // Attempt `attempt` is over on this node (every rank gone), with this node's status.
+  virtual void report_done(long long attempt, int code, const std::optional<failure_report>& first) = 0;
+  // This node's tuttirun leaves (it received a signal): the others are told why.
+  virtual void leave(const std::string& why) = 0;
+  // Before tuttirun exits: what is still to be sent goes out.
+  virtual void finish() = 0;
+
+  std::deque<rdzv_event> events;  // what the launcher is to act on, in order
+};
+
+// Node 0's listening socket, on `host` (on every address when `host` is not one of this host's,
+// as the ranks' store does).
+inline int listen_for_nodes(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0)
+    throw launcher_error("cannot resolve --master-addr " + host + ": " + ::gai_strerror(rc));
+  std::string why = "no address";
+  int fd = -1;
+  for (addrinfo* ai = res; ai && fd < 0; ai = ai->ai_next) {
+    const int s = ::socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (s < 0) { why = errno_text("socket"); continue; }
+    const int one = 1;
+    ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_storage a{};
+    std::memcpy(&a, ai->ai_addr, ai->ai_addrlen);
+    int rc = ::bind(s, reinterpret_cast<sockaddr*>(&a), ai->ai_addrlen);
+    if (rc != 0 && errno == EADDRNOTAVAIL) {  // not an address of this host (a NAT, a name for it)
+      sockaddr_storage any{};
+      any.ss_family = a.ss_family;
+      if (a.ss_family == AF_INET6) reinterpret_cast<sockaddr_in6&>(any).sin6_port = htons(static_cast<std::uint16_t>(port));
+      else reinterpret_cast<sockaddr_in&>(any).sin_port = htons(static_cast<std::uint16_t>(port));
+      rc = ::bind(s, reinterpret_cast<sockaddr*>(&any), ai->ai_addrlen);
+    }
+    if (rc == 0 && ::listen(s, 64) == 0) {
+      fd = s;
+      break;
+    }
+    why = errno == EADDRINUSE ? "the port is in use: another job or service holds it; pick another --rdzv-port "
+                                "(by default --master-port + 1)"
+                              : errno_text(rc != 0 ? "bind" : "listen");
+    ::close(s);
+  }
+  ::freeaddrinfo(res);
+  if (fd < 0) throw launcher_error("cannot serve the restart rendezvous on " + host_port_text(host, port) + ": " + why);
+  return fd;
+}
+
+// Connects to node 0's rendezvous, retrying while nothing listens there yet (node 0's tuttirun
+// may start later) until `deadline`. Returns the socket, or -1 when a signal came first (`sig`).
+inline int connect_to_node0(const options& o, steady_clock::time_point deadline, int sigfd, int& sig) {
+  const std::string where = host_port_text(o.master_addr, *o.rdzv_port);
+  std::string why = "no address";
+  for (auto pause = std::chrono::milliseconds(10);; pause = std::min(pause * 2, std::chrono::milliseconds(500))) {
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    if (int rc = ::getaddrinfo(o.master_addr.c_str(), std::to_string(*o.rdzv_port).c_str(), &hints, &res); rc != 0)
+      why = std::string("cannot resolve --master-addr: ") + ::gai_strerror(rc), res = nullptr;
+    for (addrinfo* ai = res; ai; ai = ai->ai_next) {
+      const int s = ::socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+      if (s < 0) { why = errno_text("socket"); continue; }
+      if (::connect(s, ai->ai_addr, ai->ai_addrlen) == 0 || errno == EINPROGRESS) {
+        pollfd p[2] = {{s, POLLOUT, 0}, {sigfd, POLLIN, 0}};
+        ::poll(p, 2, std::max(1, std::min(poll_ms_until(deadline), 5000)));
+        if ((p[1].revents & POLLIN) && (sig = take_signal(sigfd))) {
+          ::close(s), ::freeaddrinfo(res);
+          return -1;
+        }
+        int err = ETIMEDOUT;
+        socklen_t len = sizeof err;
+        if (p[0].revents) ::getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len);
+        if (err == 0) {
+          ::freeaddrinfo(res);
+          tune_rdzv_socket(s);
+          return s;
+        }
+        why = std::strerror(err);
+      } else {
+        why = errno_text("connect");
+      }
+      ::close(s);
+    }
+    if (res) ::freeaddrinfo(res);
+    if (steady_clock::now() >= deadline)
+      throw launcher_error("cannot reach node 0's tuttirun at " + where + " (the restart rendezvous, --rdzv-port) within " +
+                           seconds_text(o.rdzv_timeout_s) + " s (--rdzv-timeout): " + why +
+                           "; is it running, with the same --master-addr, --master-port, --rdzv-port?");
+    pollfd p{sigfd, POLLIN, 0};
+    ::poll(&p, 1, std::max(1, std::min(poll_ms_until(deadline), static_cast<int>(pause.count()))));
+    if ((p.revents & POLLIN) && (sig = take_signal(sigfd))) return -1;
+  }
+}
+
+inline std::string node_list(const std::vector<long long>& nodes) {
+  std::string s = nodes.size() == 1 ? "node " : "nodes ";
+  for (std::size_t i = 0; i < nodes.size(); ++i) s += (i ? ", " : "") + std::to_string(nodes[i]);
+  return s;
+}
+
+// Node 0's side: accepts the other nodes, gathers their reports and decides for all of them.
+class rdzv_server final : public rendezvous {
+ public:
+  rdzv_server(const options& o, const std::string& token)
+      : o_(o), token_hex_(to_hex(reinterpret_cast<const unsigned char*>(token.data()), token.size())),
+        where_(host_port_text(o.master_addr, *o.rdzv_port)), listener_(listen_for_nodes(o.master_addr, *o.rdzv_port)),
+        joined_(static_cast<std::size_t>(o.nnodes), false), done_(static_cast<std::size_t>(o.nnodes)) {
+    joined_[0] = true;
+  }
+  ~rdzv_server() override { ::close(listener_); }
+
+  int join(int) override {
+    say("restart rendezvous: serving on " + where_ + ", waiting for " +
+        (o_.nnodes == 2 ? "node 1" : "nodes 1-" + std::to_string(o_.nnodes - 1)));
+    deadline_ = steady_clock::now() + to_duration(o_.rdzv_timeout_s);
+    return 0;
+  }
+
+  void add_fds(std::vector<pollfd>& fds) override {
+    polled_ = peers_.size();
+    fds.push_back({listener_, POLLIN, 0});
+    for (const auto& p : peers_)
+      fds.push_back({p->conn.fd(), static_cast<short>(POLLIN | (p->conn.wants_out() ? POLLOUT : 0)), 0});
+  }
+
+  void on_poll(const pollfd* fds) override {
+    for (std::size_t i = 0; i < polled_ && i < peers_.size(); ++i) {
+      peer& p = *peers_[i];
+      const short ev = fds[1 + i].revents;
+      if ((ev & POLLOUT) && !p.closed) p.conn.flush();
+      if ((ev & (POLLIN | POLLHUP | POLLERR)) && !p.closed) read_from(p);
+    }
+    if (fds[0].revents & POLLIN) accept_nodes();
+    std::erase_if(peers_, [](const std::unique_ptr<peer>& p) { return p->closed; });
+    polled_ = 0;
+  }
+
+  std::optional<steady_clock::time_point> deadline() const override {
+    std::optional<steady_clock::time_point> next = deadline_;
+    for (const auto& p : peers_)
+      if (p->node < 0 && !p->closed && (!next || p->accepted + rdzv_hello_within < *next))
+        next = p->accepted + rdzv_hello_within;
+    return next;
+  }
+
+  void on_time() override {
+    const auto now = steady_clock::now();
+    for (auto& p : peers_)
+      if (p->node < 0 && !p->closed && now >= p->accepted + rdzv_hello_within) {
+        log_refusal(*p, "it sent no hello within " + std::to_string(rdzv_hello_within.count()) + " s");
+        p->closed = true;
+      }
+    std::erase_if(peers_, [](const std::unique_ptr<peer>& p) { return p->closed; });
+    if (deadline_ && now >= *deadline_) abort(lateness());
+  }
+
+  void report_failure(const failure_report& r) override { note_failure(r.attempt, r); }
+  void report_done(long long attempt, int code, const std::optional<failure_report>& first) override {
+    note_done(0, attempt, code, first);
+  }
+  void leave(const std::string& why) override {
+    abort("node 0's tuttirun left: " + why);
+    finish();
+  }
+  void finish() override {
+    const auto until = steady_clock::now() + std::chrono::seconds(2);
+    for (auto& p : peers_) p->conn.drain(until);
+  }
+
+ private:
+  struct peer {
+    peer(int fd, std::string from) : conn(fd, std::move(from)), accepted(steady_clock::now()) {}
+    line_conn conn;
+    long long node = -1;  // -1 until its hello is accepted
+    steady_clock::time_point accepted;
+    bool closed = false;
+  };
+
+  void accept_nodes() {
+    while (true) {
+      sockaddr_storage from{};
+      socklen_t len = sizeof from;
+      const int fd = ::accept4(listener_, reinterpret_cast<sockaddr*>(&from), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) return;
+      const auto strangers = std::count_if(peers_.begin(), peers_.end(), [](const auto& p) { return p->node < 0; });
+      if (decided_ || static_cast<std::size_t>(strangers) >= max_rdzv_strangers) {
+        ::close(fd);
+        continue;
+      }
+      tune_rdzv_socket(fd);
+      peers_.push_back(std::make_unique<peer>(fd, address_text(from)));
+    }
+  }
+
+  void read_from(peer& p) {
+    std::vector<std::string> lines;
+    std::string why;
+    const bool open = p.conn.receive(lines, why);
+    for (const std::string& line : lines) {
+      if (p.closed) break;
+      handle(p, line);
+    }
+    if (!open && !p.closed) lost(p, why);
+  }
+
+  void handle(peer& p, const std::string& line) {
+    const std::optional<rdzv_message> m = decode(line);
+    if (p.node < 0) return hello(p, message_as<rdzv_msg::hello>(m));
+    if (const auto* f = message_as<rdzv_msg::failed>(m)) return note_failure(f->attempt, f->report);
+    if (const auto* d = message_as<rdzv_msg::done>(m)) return note_done(p.node, d->attempt, d->code, d->first);
+    if (const auto* l = message_as<rdzv_msg::leave>(m)) {
+      p.closed = true;
+      return abort("node " + std::to_string(p.node) + "'s tuttirun left: " + l->why);
+    }
+    abort("node " + std::to_string(p.node) + "'s tuttirun sent a line this one does not understand ('" +
+          one_field(line.substr(0, 60)) + "'): do all nodes run the same tuttirun?");
+  }
+
+  // A new connection's first line: `h`, or null when it was not a hello of this protocol.
+  void hello(peer& p, const rdzv_msg::hello* h) {
+    std::string refusal;
+    if (!h) {
+      log_refusal(p, "it does not speak " + std::string(rdzv_protocol) + " (another program, or another tuttirun version)");
+      p.closed = true;  // a stranger gets no answer
+      return;
+    }
+    if (h->token_hex != token_hex_) {
+      refusal = "wrong job token: its TUTTI_JOB_TOKEN differs from node 0's";
+    } else if (h->nnodes != o_.nnodes) {
+      refusal = "it has --nnodes=" + std::to_string(h->nnodes) + ", node 0 has --nnodes=" + std::to_string(o_.nnodes);
+    } else if (h->node < 1 || h->node >= o_.nnodes) {
+      refusal = "it has --node-rank=" + std::to_string(h->node) + " (another node 0?)";
+    } else if (joined_[static_cast<std::size_t>(h->node)]) {
+      refusal = "node " + std::to_string(h->node) + " has joined already (two tuttiruns with --node-rank=" +
+                std::to_string(h->node) + "?)";
+    } else if (h->max_restarts != o_.max_restarts) {
+      refusal = "it has --max-restarts=" + std::to_string(h->max_restarts) + ", node 0 has --max-restarts=" +
+                std::to_string(o_.max_restarts);
+    }
+    if (!refusal.empty()) {
+      log_refusal(p, refusal);
+      p.conn.send(encode(rdzv_msg::refused{refusal}));
+      p.conn.drain(steady_clock::now() + std::chrono::seconds(1));
+      p.closed = true;
+      return;
+    }
+    p.node = h->node;
+    joined_[static_cast<std::size_t>(h->node)] = true;
+    p.conn.send(encode(rdzv_msg::welcome{}));
+    if (std::all_of(joined_.begin(), joined_.end(), [](bool j) { return j; })) start(0, std::nullopt);
+  }
+
+  void log_refusal(const peer& p, const std::string& why) {
+    if (refusals_ > 100) return;
+    say(++refusals_ > 100 ? "restart rendezvous: more refused connections, no longer logged"
+                          : "restart rendezvous: refused a connection from " + p.conn.peer() + ": " + why);
+  }
+
+  void broadcast(const rdzv_message& m) {
+    const std::string line = encode(m);
+    for (auto& p : peers_)
+      if (p->node >= 0 && !p->closed) p->conn.send(line);
+  }
+
+  void start(long long attempt, std::optional<failure_report> after) {  // a copy: first_ is reset
+    started_ = true;
+    attempt_ = attempt;
+    first_.reset();
+    no_restart_ = false;
+    std::fill(done_.begin(), done_.end(), std::nullopt);
+    deadline_.reset();
+    broadcast(rdzv_msg::start{attempt, after});
+    events.push_back({rdzv_event::kind::start, attempt, 0, after, {}});
+  }
+
+  void note_failure(long long attempt, const failure_report& r) {
+    if (decided_ || !started_ || attempt != attempt_) return;
+    no_restart_ = no_restart_ || r.no_restart;
+    if (first_) return;
+    first_ = r;
+    broadcast(rdzv_msg::failed{attempt, r});
+    events.push_back({rdzv_event::kind::failed, attempt, 0, r, {}});
+    // Every node's ranks are stopped within the failure grace and the grace (and the wait for
+    // their output); the rendezvous timeout comes on top.
+    deadline_ = steady_clock::now() + to_duration(o_.failure_grace_s + o_.grace_s + o_.rdzv_timeout_s) + drain_after_exit;
+  }
+
+  void note_done(long long node, long long attempt, int code, const std::optional<failure_report>& first) {
+    auto& done = done_[static_cast<std::size_t>(node)];
+    if (decided_ || !started_ || attempt != attempt_ || done) return;
+    done = code;
+    if (code != 0) {
+      failure_report r;
+      r.attempt = attempt, r.node = node, r.exit_code = code, r.unix_ms = unix_ms_now();
+      r.what = "the ranks of node " + std::to_string(node) + " failed (status " + std::to_string(code) + ")";
+      note_failure(attempt, first ? *first : r);
+    }
+    // Reported as it happened, a rank's failure came before its last words on stderr.
+    if (first_ && first && first->node == first_->node && first->rank == first_->rank && first->rank >= 0)
+      first_->last_line = first->last_line;
+    if (std::all_of(done_.begin(), done_.end(), [](const std::optional<int>& d) { return d.has_value(); })) decide();
+  }
+
+  void decide() {
+    if (first_ && !no_restart_ && attempt_ < o_.max_restarts) return start(attempt_ + 1, first_);
+    decided_ = true;
+    deadline_.reset();
+    const int code = first_ ? first_->exit_code : 0;
+    broadcast(rdzv_msg::end{attempt_, code, first_});
+    events.push_back({rdzv_event::kind::end, attempt_, code, first_, {}});
+  }
+
+  void abort(const std::string& why) {
+    if (decided_) return;
+    decided_ = true;
+    deadline_.reset();
+    broadcast(rdzv_msg::abort{why});
+    events.push_back({rdzv_event::kind::abort, attempt_, exit_launcher_error, std::nullopt, why});
+  }
+
+  void lost(peer& p, const std::string& why) {
+    p.closed = true;
+    if (p.node < 0) return;  // a stranger, or a node that was refused
+    abort("node " + std::to_string(p.node) + "'s tuttirun went away " +
+          (started_ ? "during attempt " + std::to_string(attempt_) : std::string("before the job started")) + " (" +
+          why + "): the job ends on every node");
+  }
+
+  // Why the deadline passed: who has not joined, or not finished the failed attempt.
+  std::string lateness() const {
+    std::vector<long long> missing;
+    if (!started_) {
+      for (long long n = 0; n < o_.nnodes; ++n)
+        if (!joined_[static_cast<std::size_t>(n)]) missing.push_back(n);
+      return node_list(missing) + " did not join the restart rendezvous on " + where_ + " within " +
+             seconds_text(o_.rdzv_timeout_s) + " s (--rdzv-timeout): not started, or started with another "
+             "--master-addr, --master-port, --rdzv-port or TUTTI_JOB_TOKEN?";
+    }
+    for (long long n = 0; n < o_.nnodes; ++n)
+      if (!done_[static_cast<std::size_t>(n)]) missing.push_back(n);
+    return node_list(missing) + " did not finish attempt " + std::to_string(attempt_) + " within " +
+           seconds_text(o_.failure_grace_s + o_.grace_s + o_.rdzv_timeout_s + 1) + " s of its first failure (" +
+           (first_ ? cause_text(*first_, true) : "") + "; --failure-grace + --grace + --rdzv-timeout): the job ends "
+           "on every node";
+  }
+
+  const options o_;
+  std::string token_hex_, where_;
+  int listener_;
+  std::vector<std::unique_ptr<peer>> peers_;
+  std::size_t polled_ = 0;  // the peers add_fds() handed to poll()
+  std::vector<bool> joined_;
+  std::vector<std::optional<int>> done_;  // each node's status for the current attempt
+  long long attempt_ = 0;
+  bool started_ = false, decided_ = false, no_restart_ = false;
+  std::optional<failure_report> first_;  // the current attempt's first failure
+  std::optional<steady_clock::time_point> deadline_;
+  int refusals_ = 0;
+};
+
+// Another node's side: one connection to node 0's tuttirun, which decides.
+class rdzv_client final : public rendezvous {
+ public:
+  rdzv_client(const options& o, const std::string& token)
+      : o_(o), token_hex_(to_hex(reinterpret_cast<const unsigned char*>(token.data()), token.size())),
+        where_(host_port_text(o.master_addr, *o.rdzv_port)) {}
+
+  int join(int sigfd) override {
+    say("restart rendezvous: joining node 0's tuttirun at " + where_);
+    int sig = 0;
+    const int fd = connect_to_node0(o_, steady_clock::now() + to_duration(o_.rdzv_timeout_s), sigfd, sig);
+    if (fd < 0) return sig;
+    conn_ = std::make_unique<line_conn>(fd, where_);
+    conn_->send(encode(rdzv_msg::hello{token_hex_, o_.nnodes, o_.node_rank, o_.max_restarts}));
+    // Node 0 gives up on the nodes missing after --rdzv-timeout of its own; this one, a little later.
+    wait_for(to_duration(o_.rdzv_timeout_s) + rdzv_margin, "for every node to join");
+    return 0;
+  }
+
+  void add_fds(std::vector<pollfd>& fds) override {
+    fds.push_back({conn_->fd(), static_cast<short>(POLLIN | (conn_->wants_out() ? POLLOUT : 0)), 0});
+  }
+
+  void on_poll(const pollfd* fds) override {
+    if (fds[0].revents & POLLOUT) conn_->flush();
+    if (!(fds[0].revents & (POLLIN | POLLHUP | POLLERR))) return;
+    std::vector<std::string> lines;
+    std::string why;
+    const bool open = conn_->receive(lines, why);
+    for (const std::string& line : lines)
+      if (!decided_) handle(line);
+    if (!open && !decided_)
+      give_up(welcomed_ ? "lost node 0's tuttirun (the restart rendezvous at " + where_ + ": " + why +
+                              "): it exited or was killed, or its host is gone"
+                        : "the restart rendezvous at " + where_ + " closed the connection before it welcomed this "
+                          "node: is --rdzv-port node 0's tuttirun's (and not, say, rank 0's store)?");
+  }
+
+  std::optional<steady_clock::time_point> deadline() const override { return deadline_; }
+
+  void on_time() override {
+    if (deadline_ && steady_clock::now() >= *deadline_)
+      give_up("no word from node 0's tuttirun at " + where_ + " while waiting " + waiting_for_ + ": giving up");
+  }
+
+  void report_failure(const failure_report& r) override {
+    conn_->send(encode(rdzv_msg::failed{r.attempt, r}));
+  }
+
+  void report_done(long long attempt, int code, const std::optional<failure_report>& first) override {
+    conn_->send(encode(rdzv_msg::done{attempt, code, first}));
+    if (code != 0 || failed_attempt_ == attempt) wait_after_failure();
+  }
+
+  void leave(const std::string& why) override {
+    if (!conn_) return;
+    conn_->send(encode(rdzv_msg::leave{why}));
+    finish();
+  }
+
+  void finish() override {
+    if (conn_) conn_->drain(steady_clock::now() + std::chrono::seconds(1));
+  }
+
+ private:
+  void handle(const std::string& line) {
+    const std::optional<rdzv_message> m = decode(line);
+    if (message_as<rdzv_msg::welcome>(m)) {
+      welcomed_ = true;
+      return;
+    }
+    if (const auto* r = message_as<rdzv_msg::refused>(m))
+      return give_up("node 0's tuttirun at " + where_ + " refused this node: " + r->why);
+    if (const auto* a = message_as<rdzv_msg::abort>(m)) {
+      decided_ = true;
+      events.push_back({rdzv_event::kind::abort, 0, exit_launcher_error, std::nullopt, a->why});
+      return;
+    }
+    if (const auto* s = welcomed_ ? message_as<rdzv_msg::start>(m) : nullptr) {
+      deadline_.reset();
+      events.push_back({rdzv_event::kind::start, s->attempt, 0, s->after, {}});
+      return;
+    }
+    if (const auto* f = welcomed_ ? message_as<rdzv_msg::failed>(m) : nullptr) {
+      failed_attempt_ = f->attempt;
+      events.push_back({rdzv_event::kind::failed, f->attempt, 0, f->report, {}});
+      return;
+    }
+    if (const auto* e = welcomed_ ? message_as<rdzv_msg::end>(m) : nullptr) {
+      decided_ = true;
+      deadline_.reset();
+      events.push_back({rdzv_event::kind::end, e->attempt, e->code, e->root_cause, {}});
+      return;
+    }
+    give_up("node 0's tuttirun sent a line this one does not understand ('" + one_field(line.substr(0, 60)) +
+            "'): do all nodes run the same tuttirun?");
+  }
+
+  // Once an attempt failed, every node is done with it soon: node 0 waits for them until its
+  // deadline; this node waits for node 0 a little longer.
+  void wait_after_failure() {
+    wait_for(to_duration(o_.failure_grace_s + o_.grace_s + o_.rdzv_timeout_s) + drain_after_exit + rdzv_margin,
+             "for the next attempt");
+  }
+
+  void wait_for(steady_clock::duration d, std::string what) {
+    deadline_ = steady_clock::now() + d;
+    waiting_for_ = std::move(what);
+  }
+
+  void give_up(const std::string& why) {
+    decided_ = true;
+    deadline_.reset();
+    events.push_back({rdzv_event::kind::abort, 0, exit_launcher_error, std::nullopt, why});
+  }
+
+  const options o_;
+  std::string token_hex_, where_;
+  std::unique_ptr<line_conn> conn_;
+  bool welcomed_ = false, decided_ = false;
+  long long failed_attempt_ = -1;  // the last attempt node 0 said failed
+  std::optional<steady_clock::time_point> deadline_;
+  std::string waiting_for_;
+};
+
+inline std::unique_ptr<rendezvous> make_rendezvous(const options& o, const job_identity& job) {
+  if (!restarts_across_nodes(o)) return nullptr;
+  if (o.node_rank == 0) return std::make_unique<rdzv_server>(o, job.token);
+  return std::make_unique<rdzv_client>(o, job.token);
+}
+
+}  // namespace tuttirun
