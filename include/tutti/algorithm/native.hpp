@@ -198,6 +198,7 @@ struct native {
       agree(ch);
       ch.transport().native_scan(in.data(), out.data(), in.size(), op, ch.fp(), ch.wait(), blocking);
     } else {
+      agree(ch);  // the chain's messages (NCCL's) may carry no fingerprint
       direct{}.scan(ch, in, out, op);
     }
   }
@@ -208,6 +209,7 @@ struct native {
       agree(ch);
       ch.transport().native_exscan(in.data(), out.data(), in.size(), op, ch.fp(), ch.wait(), blocking);
     } else {
+      agree(ch);  // the chain's messages (NCCL's) may carry no fingerprint
       direct{}.exscan(ch, in, out, op);
     }
   }

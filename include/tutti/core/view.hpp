@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <iterator>
 #include <memory>
-#include <ranges>
+#include <span>  // std::ranges::data, size and the range concepts (bits/ranges_base.h), without <ranges>
 #include <span>
 #include <type_traits>
 
