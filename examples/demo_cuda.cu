@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <string>
 #include <tutti/transport/cuda_ipc.hpp>
+#include <tutti/tutti.hpp>
 #include <tutti/transport/nccl.hpp>
 #include <vector>
 

@@ -1,6 +1,7 @@
 // The checks of gpu_checks.hpp over tutti::cuda_ipc (a translation unit of its own: nvcc builds the two
 // transports' instantiations in parallel).
 #include <tutti/transport/cuda_ipc.hpp>
+#include <tutti/tutti.hpp>
 
 #include "gpu_checks.hpp"
 

@@ -36,6 +36,7 @@
 #include <string>
 #include <thread>
 #include <tutti/transport/cuda_ipc.hpp>
+#include <tutti/tutti.hpp>
 #include <tutti/transport/nccl.hpp>
 #include <type_traits>
 #include <vector>

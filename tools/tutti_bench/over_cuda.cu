@@ -16,6 +16,7 @@
 #include <cstring>
 #include <string>
 #include <tutti/transport/cuda_ipc.hpp>
+#include <tutti/tutti.hpp>
 #include <tutti/transport/nccl.hpp>
 #include <vector>
 

@@ -35,7 +35,7 @@
 #include "tutti/core/dtype.hpp"
 #include "tutti/core/error.hpp"
 #include "tutti/core/fingerprint.hpp"
-#include "tutti/op/ops.hpp"
+#include "tutti/core/op_id.hpp"
 
 namespace tutti::detail {
 

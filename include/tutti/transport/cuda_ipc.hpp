@@ -2,7 +2,8 @@
 /// `tutti::cuda_ipc`: ranks of one host, each with its CUDA device (several ranks may share
 /// one), processes or threads, running every collective with tutti's own kernels on device
 /// memory (`tutti::device_view`), enqueued on the caller's stream. Compile with nvcc (a .cu
-/// file); CMake: `target_link_libraries(app tutti::cuda)`.
+/// file) and include tutti/tutti.hpp too (the communicator and the threads launcher: a
+/// transport header brings neither); CMake: `target_link_libraries(app tutti::cuda)`.
 ///
 ///     auto comm = tutti::communicator<tutti::cuda_ipc>::from_env();   // under tuttirun
 ///     comm.all_reduce(tutti::device_view(d, n), tutti::op::sum{}, stream);  // returns a request
@@ -385,12 +386,14 @@ class cuda_ipc {
 
   /// Runs `f(comm)` on `n` threads of this process, `comm` a `communicator<cuda_ipc,
   /// Algorithm>&` of rank 0..n-1 on device rank % device count (`TUTTI_CUDA_DEVICE`: all on
-  /// that one), as `tutti::inproc::run` (tutti/transport/cuda_ipc.hpp; defined with the
-  /// communicator).
-  template <class Algorithm = algo::automatic_of<algo::ring, algo::tree, algo::recursive_doubling, algo::direct,
-                                                 algo::shared_memory, algo::native>,
-            class F>
-  static void run(int n, F&& f);
+  /// that one), as `tutti::inproc::run` (whose communicators tutti/group/threads.hpp makes:
+  /// include tutti/tutti.hpp).
+  template <class Algorithm = default_algorithm, class F>
+  static void run(int n, F&& f) {
+    const auto timeout = config::from_env().timeout;
+    inproc::run_wrapped<Algorithm>(
+        n, [timeout](inproc t) { return cuda_ipc::over(std::move(t), -1, timeout); }, std::forward<F>(f));
+  }
 
   int rank() const noexcept { return w_->rank; }
   int size() const noexcept { return w_->size; }
@@ -896,13 +899,3 @@ static_assert(std::is_same_v<transport_traits<cuda_ipc>::memory, device_memory> 
 
 }  // namespace tutti
 
-#include "tutti/group/threads.hpp"
-
-namespace tutti {
-template <class Algorithm, class F>
-void cuda_ipc::run(int n, F&& f) {
-  const auto timeout = config::from_env().timeout;
-  inproc::run_wrapped<Algorithm>(
-      n, [timeout](inproc t) { return cuda_ipc::over(std::move(t), -1, timeout); }, std::forward<F>(f));
-}
-}  // namespace tutti

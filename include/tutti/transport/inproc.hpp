@@ -35,21 +35,11 @@
 
 #include "tutti/core/error.hpp"
 #include "tutti/core/fingerprint.hpp"
+#include "tutti/core/launch.hpp"
 #include "tutti/transport/capabilities.hpp"
 #include "tutti/transport/toolkit.hpp"
 
 namespace tutti {
-
-namespace algo {
-template <class... Candidates>
-struct automatic_of;
-struct ring;
-struct tree;
-struct recursive_doubling;
-struct direct;
-struct shared_memory;
-struct native;
-}  // namespace algo
 
 namespace detail::inproc_impl {
 
@@ -156,21 +146,22 @@ class inproc {
   static constexpr std::string_view tuning_kind = "inproc";
 
   /// Runs `f(comm)` on `n` threads, `comm` being a `communicator<inproc, Algorithm>&` of rank
-  /// 0..n-1; joins them and rethrows the first exception any rank threw (the other ranks see
-  /// that rank as lost and stop promptly, instead of waiting for their deadlines). Defined in
-  /// tutti/group/threads.hpp (included by tutti/tutti.hpp).
-  template <class Algorithm = algo::automatic_of<algo::ring, algo::tree, algo::recursive_doubling, algo::direct,
-                                                 algo::shared_memory, algo::native>,
-            class F>
-  static void run(int n, F&& f);
+  /// 0..n-1 (by default the communicator's default algorithm, `algo::automatic`); joins them and
+  /// rethrows the first exception any rank threw (the other ranks see that rank as lost and stop
+  /// promptly, instead of waiting for their deadlines). The communicators are made by
+  /// tutti/group/threads.hpp (included by tutti/tutti.hpp; core/launch.hpp says how).
+  template <class Algorithm = default_algorithm, class F>
+  static void run(int n, F&& f) {
+    run_wrapped<Algorithm>(n, [](inproc t) { return t; }, std::forward<F>(f));
+  }
 
   /// As `run`, with each rank's transport wrapped first: `f` gets a
   /// `communicator<decltype(wrap(inproc)), Algorithm>&`. For user transports that delegate to
   /// inproc (see examples/custom_transport.cpp).
-  template <class Algorithm = algo::automatic_of<algo::ring, algo::tree, algo::recursive_doubling, algo::direct,
-                                                 algo::shared_memory, algo::native>,
-            class Wrap, class F>
-  static void run_wrapped(int n, Wrap&& wrap, F&& f);
+  template <class Algorithm = default_algorithm, class Wrap, class F>
+  static void run_wrapped(int n, Wrap&& wrap, F&& f) {
+    launch_threads(thread_launch<Algorithm>{}, n, std::forward<Wrap>(wrap), std::forward<F>(f));
+  }
 
   /// A transport for `rank` of a fresh world of `n` ranks.
   inproc(std::shared_ptr<world> w, int rank) : world_(std::move(w)), group_(world_->size, rank) {}

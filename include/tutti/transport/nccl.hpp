@@ -1,7 +1,7 @@
 /// \file
 /// `tutti::nccl`: NCCL driven by tutti, on device memory (`tutti::device_view`), enqueued on the
-/// caller's stream. Compile with nvcc (a .cu file: tutti's kernels serve what NCCL lacks);
-/// CMake: `target_link_libraries(app tutti::nccl)`. NCCL itself is loaded at run time
+/// caller's stream. Compile with nvcc (a .cu file: tutti's kernels serve what NCCL lacks), and
+/// include tutti/tutti.hpp for the communicator; CMake: `target_link_libraries(app tutti::nccl)`. NCCL itself is loaded at run time
 /// (device/nccl_library.hpp: `TUTTI_NCCL_LIBRARY`), never linked.
 ///
 ///     auto comm = tutti::communicator<tutti::nccl>::from_env();      // under tuttirun
@@ -648,7 +648,3 @@ static_assert(transport<nccl> && own_memory<nccl> && native_collectives<nccl> &&
 static_assert(nccl::native_reduces<float, op::sum> && !nccl::native_reduces<float, op::band>);
 
 }  // namespace tutti
-
-// The facade brings the communicator (`tutti::communicator<tutti::nccl>`) and the threads
-// launcher with it, as tutti/transport/cuda_ipc.hpp does.
-#include "tutti/group/threads.hpp"
