@@ -66,11 +66,12 @@ struct comm_state {
     for (int tag : {tag_failure, tag_waiting})
       for (int flag = 1; flag;) {  // notices nobody waited for
         MPI_Status st;
-        if (MPI_Iprobe(MPI_ANY_SOURCE, tag, comm, &flag, &st) != MPI_SUCCESS) break;
+        // The status is written only when a message is there (flag): read nothing from it else.
+        if (MPI_Iprobe(MPI_ANY_SOURCE, tag, comm, &flag, &st) != MPI_SUCCESS || !flag) break;
         int n = 0;
-        MPI_Get_count(&st, MPI_CHAR, &n);
-        std::string drop(static_cast<std::size_t>(std::max(n, 0)), '\0');
-        if (flag) MPI_Recv(drop.data(), n, MPI_CHAR, st.MPI_SOURCE, tag, comm, MPI_STATUS_IGNORE);
+        if (MPI_Get_count(&st, MPI_CHAR, &n) != MPI_SUCCESS || n < 0 || n > (1 << 20)) break;  // notices are < 4 KiB
+        std::string drop(static_cast<std::size_t>(n), '\0');
+        MPI_Recv(drop.data(), n, MPI_CHAR, st.MPI_SOURCE, tag, comm, MPI_STATUS_IGNORE);
       }
     for (auto& [req, buf] : waiting) MPI_Wait(&req, MPI_STATUS_IGNORE);  // 48 bytes: sent eagerly
     MPI_Comm_free(&comm);  // local in practice; our own notices were sent eagerly
