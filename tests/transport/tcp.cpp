@@ -518,9 +518,11 @@ TEST_CASE("tcp: connections without this job's hello are refused and logged, and
     {
       raw_peer c(host, port);  // another protocol version: refused, not fatal
       std::string v2 = hello_text(1, 3, 0, 1, j.job_id, secret);
-      v2[8] = 1;  // the version before the fingerprint's fixed encoding
-      CHECK(has(c.exchange(v2), "protocol version 1 differs from 2"));
-      lines.push_back(prefix + c.address() + ": protocol version 1 differs from 2");
+      v2[8] = 1;  // version 1: before the fingerprint's fixed encoding and the table's version
+      v2[9] = v2[10] = v2[11] = 0;
+      const std::string refused = "protocol version 1 differs from " + std::to_string(hello_version);
+      CHECK(has(c.exchange(v2), refused));
+      lines.push_back(prefix + c.address() + ": " + refused);
     }
     {
       // Silent connections past the cap: the oldest are closed to make room for newer ones.

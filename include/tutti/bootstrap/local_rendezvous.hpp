@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "tutti/detail/attributes.hpp"
+#include "tutti/core/collective.hpp"
 #include "tutti/core/error.hpp"
 
 namespace tutti::detail {
@@ -70,7 +71,9 @@ struct rendezvous_welcome {
   char message[240];
 };
 inline constexpr std::uint64_t rendezvous_magic = 0x74757474692d7276ull;  // "tutti-rv"
-inline constexpr std::uint32_t rendezvous_version = 1;
+/// 1, plus 1000 times the collective table's wire version (core/collective.hpp): builds whose
+/// collectives travel under other values refuse each other here.
+inline constexpr std::uint32_t rendezvous_version = 1 + 1000 * collective_wire_version;
 
 /// What start-up yields: the segment's descriptor and every rank's pid.
 struct rendezvous_result {
