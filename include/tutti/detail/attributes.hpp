@@ -19,3 +19,20 @@
 #else
 #define TUTTI_COLD
 #endif
+
+/// `TUTTI_DECL`: a function of tutti's that is not a template, declared in its header and defined
+/// in the `.ipp` file beside it. Header-only (the default), every header includes its `.ipp` and
+/// the functions are `inline`, compiled in every translation unit that uses them. With
+/// `TUTTI_SEPARATE_COMPILATION` (which linking CMake's `tutti::compiled` defines), the headers only
+/// declare them and the library `tutti::compiled` defines them, once, with the common template
+/// instances (tutti/compiled.hpp); its sources define `TUTTI_BUILDING_COMPILED` as well.
+/// `TUTTI_DEFINITIONS` is defined where the `.ipp` files are to be included.
+#if defined(TUTTI_SEPARATE_COMPILATION)
+#define TUTTI_DECL
+#if defined(TUTTI_BUILDING_COMPILED)
+#define TUTTI_DEFINITIONS 1
+#endif
+#else
+#define TUTTI_DECL inline
+#define TUTTI_DEFINITIONS 1
+#endif
