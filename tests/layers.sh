@@ -9,7 +9,7 @@ cd "$inc/tutti" || exit 2
 bad=0
 rule() {  # rule FOLDER FORBIDDEN-REGEX WHY
   local folder=$1 forbidden=$2 why=$3 hits
-  hits=$(grep -rnE "#include \"tutti/($forbidden)" "$folder" --include='*.hpp' --include='*.cuh' || true)
+  hits=$(grep -rnE "#include \"tutti/($forbidden)" "$folder" --include='*.hpp' --include='*.ipp' --include='*.cuh' || true)
   if [[ -n $hits ]]; then
     printf '%s\n' "$hits" | sed "s|^|layers: $why: |"
     bad=1

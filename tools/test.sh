@@ -81,10 +81,12 @@ pcdir=$(dirname "$(find "$prefix" -name tutti.pc)")
 want_mpi=OFF
 [[ -e $pcdir/tutti-mpi.pc ]] && want_mpi=ON
 # 1. find_package(tutti CONFIG REQUIRED COMPONENTS tcp [mpi]) against the install.
-cmake -S tests/package -B build-pkg/find -G Ninja -DCMAKE_PREFIX_PATH="$prefix" -DTUTTI_WANT_MPI=$want_mpi >/dev/null
+cmake -S tests/package -B build-pkg/find -G Ninja -DCMAKE_PREFIX_PATH="$prefix" -DTUTTI_WANT_MPI=$want_mpi \
+  -DTUTTI_WANT_COMPILED=ON >/dev/null
 cmake --build build-pkg/find
 consumer ./build-pkg/find/consumer
 consumer ./build-pkg/find/consumer_tcp
+consumer ./build-pkg/find/consumer_compiled  # the separately compiled mode: tutti::compiled installed
 if [[ $want_mpi == ON ]] && command -v mpiexec >/dev/null; then
   mpi_flags=()
   mpiexec --version 2>/dev/null | grep -q 'Open MPI\|OpenRTE' &&

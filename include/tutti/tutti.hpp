@@ -34,3 +34,5 @@
 #include "tutti/transport/shm.hpp"
 #include "tutti/transport/toolkit.hpp"
 #include "tutti/transport/transport.hpp"
+// The separately compiled mode: the template instances tutti::compiled holds.
+#include "tutti/compiled.hpp"

@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tutti/bootstrap/store.hpp>
 #include <tutti/transport/tcp.hpp>
 #include <vector>
 

@@ -12,7 +12,7 @@
 namespace tutti {
 namespace detail {
 
-TUTTI_DECL std::optional<long> env_int(const char* name, long lo, long hi) {
+TUTTI_COLD TUTTI_DECL std::optional<long> env_int(const char* name, long lo, long hi) {
   const char* v = getenv_nonempty(name);
   if (!v) return std::nullopt;
   errno = 0;

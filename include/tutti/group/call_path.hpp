@@ -20,8 +20,10 @@
 #include <algorithm>
 #include <cstddef>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "tutti/core/collective.hpp"
 #include "tutti/group/communicator.hpp"
@@ -206,6 +208,15 @@ void communicator<Transport, Algorithm>::run(const A0& a0, fingerprint fp, std::
         view<const E, memory>(reinterpret_cast<const E*>(x.in.data()), x.in.size() * scale),
         view<E, memory>(reinterpret_cast<E*>(x.out.data()), x.out.size() * scale), x.root, x.counts, x.recv_counts, op};
   };
+  // (Generic, so that its body is instantiated only where it is called: on host memory.)
+  const auto run_erased_here = [&](auto candidate) {
+    if constexpr (compiled_here<A, C, S>()) {
+      const auto args = erased();
+      run_compiled(a, C, S, candidate, fp, &args);
+    } else {
+      run_erased<C, S>(a, candidate, fp, erased());
+    }
+  };
   if constexpr (detail::is_automatic<A>::value) {
     const bool info_log = cfg_.debug == log_level::info;
     std::string why;
@@ -224,9 +235,9 @@ void communicator<Transport, Algorithm>::run(const A0& a0, fingerprint fp, std::
       }
     });
     if constexpr (std::is_same_v<memory, host_memory> && !own_memory<Transport>)
-      if (!done) run_erased<C, S>(a, i, fp, erased());
+      if (!done) run_erased_here(i);
   } else if constexpr (runs_erased<A, C>()) {
-    run_erased<C, S>(a, 0, fp, erased());
+    run_erased_here(std::size_t{0});
   } else {
     execute<C>(a, fp, x);
   }
@@ -245,6 +256,30 @@ void communicator<Transport, Algorithm>::run_erased(const A& a, std::size_t cand
     (void)candidate;
     execute<C>(a, fp, x);
   }
+}
+
+template <transport Transport, algorithm Algorithm>
+void communicator<Transport, Algorithm>::run_compiled(const Algorithm& a, collective c, std::size_t s,
+                                                      std::size_t candidate, fingerprint fp, const void* args) {
+  bool ran = false;
+  if constexpr (std::is_same_v<memory, host_memory> && !own_memory<Transport>) {
+    const auto one = [&]<collective C, std::size_t S>() {
+      if constexpr (detail::compiled_size(C, S)) {
+        if (c != C || s != S) return;
+        run_erased<C, S>(a, candidate, fp,
+                         *static_cast<const algo::call_args<detail::elem<S>, memory, detail::erased_op>*>(args));
+        ran = true;
+      }
+    };
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((one.template operator()<collectives[I].id, 1>(), one.template operator()<collectives[I].id, 2>(),
+        one.template operator()<collectives[I].id, 4>(), one.template operator()<collectives[I].id, 8>()),
+       ...);
+    }(std::make_index_sequence<std::size(collectives)>{});
+  }
+  if (!ran)
+    throw std::logic_error("tutti: run_compiled has no run of " + std::string(collective_name(c)) + " at element size " +
+                           std::to_string(s));
 }
 
 template <transport Transport, algorithm Algorithm>
@@ -324,7 +359,11 @@ void communicator<Transport, Algorithm>::fused_all_reduce(std::span<const view<T
       std::vector<view<E, memory>> erased(parts.size());
       for (std::size_t i = 0; i < parts.size(); ++i)
         erased[i] = view<E, memory>(reinterpret_cast<E*>(parts[i].data()), parts[i].size());
-      run_fused<sizeof(T)>(a, candidate, fp, std::span<const view<E, memory>>(erased), detail::erase_op<T>(kop), total);
+      const std::span<const view<E, memory>> erased_parts(erased);
+      if constexpr (compiled_here<A, collective::all_reduce, sizeof(T)>())
+        run_fused_compiled(a, sizeof(T), candidate, fp, &erased_parts, detail::erase_op<T>(kop), total);
+      else
+        run_fused<sizeof(T)>(a, candidate, fp, erased_parts, detail::erase_op<T>(kop), total);
     };
     if constexpr (detail::is_automatic<A>::value) {
       const std::size_t i = a.choose(plan_for<A>(), collective::all_reduce, total * sizeof(T));
@@ -347,6 +386,22 @@ void communicator<Transport, Algorithm>::fused_all_reduce(std::span<const view<T
     }
   }
   for (const auto& v : parts) finish(v, op);
+}
+
+template <transport Transport, algorithm Algorithm>
+void communicator<Transport, Algorithm>::run_fused_compiled(const Algorithm& a, std::size_t s, std::size_t candidate,
+                                                            fingerprint fp, const void* parts,
+                                                            const detail::erased_op& op, std::size_t total) {
+  bool ran = false;
+  if constexpr (std::is_same_v<memory, host_memory> && !own_memory<Transport>) {
+    const auto one = [&]<std::size_t S>() {
+      if (s != S) return;
+      run_fused<S>(a, candidate, fp, *static_cast<const std::span<const view<detail::elem<S>, memory>>*>(parts), op, total);
+      ran = true;
+    };
+    one.template operator()<1>(), one.template operator()<2>(), one.template operator()<4>(), one.template operator()<8>();
+  }
+  if (!ran) throw std::logic_error("tutti: run_fused_compiled has no run at element size " + std::to_string(s));
 }
 
 template <transport Transport, algorithm Algorithm>

@@ -92,6 +92,17 @@ class shared_buffer {
 };
 
 namespace detail {
+/// Whether tutti::compiled holds `communicator<Transport>`'s erased runs (`run_compiled`): set by
+/// tutti/compiled.hpp in the separately compiled mode, for the transports it instantiates.
+template <class Transport>
+inline constexpr bool compiled_transport = false;
+/// The element sizes tutti::compiled holds erased runs of, per collective: every size of 1, 2, 4
+/// and 8 bytes for those that reduce or take per-rank counts; 1 (bytes) for the others.
+constexpr bool compiled_size(collective c, std::size_t s) noexcept {
+  const bool bytes_only = !info(c).reduces && info(c).counts != counts_kind::per_rank;
+  return info(c).scheduled && (bytes_only ? s == 1 : (s == 1 || s == 2 || s == 4 || s == 8));
+}
+
 template <class A>
 struct is_automatic : std::false_type {};
 template <class... C>
@@ -496,6 +507,18 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   template <collective C, std::size_t S, class A>
   void run_erased(const A& a, std::size_t candidate, fingerprint fp,
                   const algo::call_args<detail::elem<S>, memory, detail::erased_op>& x);
+  /// `run_erased<C, S>` with the communicator's own algorithm, for any scheduled collective `c`
+  /// at element size `s` (`detail::compiled_size`), as one function (`args`: the call's
+  /// `call_args<elem<s>, ...>`): what tutti::compiled compiles once for the communicators it
+  /// instantiates (tutti/compiled.hpp), so that a program built against it does not.
+  void run_compiled(const Algorithm& a, collective c, std::size_t s, std::size_t candidate, fingerprint fp,
+                    const void* args);
+  /// Whether `run<C>` with algorithm `A` at element size `S` goes through `run_compiled`.
+  template <class A, collective C, std::size_t S>
+  static constexpr bool compiled_here() {
+    return detail::compiled_transport<Transport> && std::is_same_v<A, Algorithm> &&
+           std::is_same_v<Algorithm, algo::automatic> && detail::compiled_size(C, S);
+  }
   template <collective C, class A, class X>
   void execute(const A& a, fingerprint fp, const X& x);
   template <collective C, class A, class Ch, class X>
@@ -639,6 +662,10 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   template <std::size_t S, class A>
   void run_fused(const A& a, std::size_t candidate, fingerprint fp, std::span<const view<detail::elem<S>, memory>> parts,
                  const detail::erased_op& op, std::size_t total);
+  /// `run_fused<s>` with the communicator's own algorithm, as one function (`parts`: the
+  /// `span<const view<elem<s>>>`), compiled once in tutti::compiled as `run_compiled` is.
+  void run_fused_compiled(const Algorithm& a, std::size_t s, std::size_t candidate, fingerprint fp, const void* parts,
+                          const detail::erased_op& op, std::size_t total);
   template <class A, class E, class Op>
   void fused_parts(const A& alg, fingerprint fp, std::span<const view<E, memory>> parts, const Op& op, std::size_t total);
 
@@ -825,9 +852,11 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
     return all;
   }
   /// Every rank's words through the transport's host-side exchange (a transport of device
-  /// memory), in the flight recorder and guarded like a collective.
+  /// memory), in the flight recorder and guarded like a collective. (A template, so that an
+  /// explicit instantiation of a host transport's communicator does not meet the assertion.)
+  template <class T = Transport>
   std::vector<std::uint64_t> host_words(const fingerprint& fp, view<const std::uint64_t> mine) {
-    static_assert(host_exchange<Transport>,
+    static_assert(host_exchange<T>,
                   "tutti: agreement on a transport whose memory is not the host's needs its host_exchange");
     std::vector<std::uint64_t> all(mine.size() * size_t_size());
     channel<Transport> ch(t_, fp, "host exchange", cfg_.timeout, scratch_, aborted_.get());

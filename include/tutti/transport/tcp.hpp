@@ -62,5 +62,8 @@
 /// The parts, one file each under tutti/transport/tcp/: options, wire (Asio-free parsers),
 /// sockets, startup, and the `tcp` class with its data path and notices (transport.hpp).
 #pragma once
+#define TUTTI_TRANSPORT_TCP_HPP 1
 
 #include "tutti/transport/tcp/transport.hpp"
+// The separately compiled mode: communicator<tcp> is among tutti::compiled's instances.
+#include "tutti/compiled.hpp"

@@ -1,0 +1,6 @@
+// tutti::compiled: communicator<inproc> with algo::automatic (tutti/compiled.hpp), its members and
+// every collective's erased runs, compiled once.
+#include "tutti/tutti.hpp"
+#include "tutti/tutti.hpp"
+
+template class tutti::communicator<tutti::inproc>;
