@@ -22,18 +22,11 @@ struct tcp_options {
   std::chrono::microseconds spin{20};                  ///< TUTTI_TCP_SPIN_US: busy-poll before blocking
   std::string ifname;                                  ///< TUTTI_SOCKET_IFNAME
 
-  TUTTI_COLD static tcp_options from_env() {
-    tcp_options o;
-    if (auto v = detail::env_int("TUTTI_TCP_STREAMS", 1, 16)) o.streams = static_cast<int>(*v);
-    if (auto v = detail::env_int("TUTTI_TCP_BUFFER_BYTES", 0, 1L << 30)) {
-      o.buffer_bytes = static_cast<std::size_t>(*v);
-      o.buffer_forced = true;
-    }
-    if (auto v = detail::env_int("TUTTI_TCP_STRIPE_BYTES", 64, 1L << 30)) o.stripe_bytes = static_cast<std::size_t>(*v);
-    if (auto v = detail::env_int("TUTTI_TCP_SPIN_US", 0, 1000000)) o.spin = std::chrono::microseconds(*v);
-    if (const char* i = detail::getenv_nonempty("TUTTI_SOCKET_IFNAME")) o.ifname = i;
-    return o;
-  }
+  static tcp_options from_env();
 };
 
 }  // namespace tutti
+
+#if defined(TUTTI_DEFINITIONS)
+#include "tutti/transport/tcp/options.ipp"
+#endif

@@ -10,8 +10,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
-#include <cstring>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -49,42 +47,16 @@ inline constexpr std::size_t hello_fixed = 8 + 4 + 4 * 4;
 /// The longest hello: the acceptor never buffers more than this (plus one read) per connection.
 inline constexpr std::size_t max_hello_bytes = hello_fixed + 4 + max_job_id + 4 + net::max_token;
 
-inline std::string hello_text(int from, int world, int stream, int streams, const std::string& job, const std::string& token) {
-  net::writer w;
-  w.num(hello_magic).num(hello_version).num(static_cast<std::int32_t>(from)).num(static_cast<std::int32_t>(world));
-  w.num(static_cast<std::int32_t>(stream)).num(static_cast<std::int32_t>(streams)).str(job).str(token);
-  return w.out;
-}
+TUTTI_DECL std::string hello_text(int from, int world, int stream, int streams, const std::string& job,
+                                  const std::string& token);
 
 /// A hello's length-prefixed field (u32 length + bytes) from `r` into `out`: false while
 /// incomplete; `malformed` as soon as a length over `cap` has arrived.
-inline bool hello_field(net::reader& r, std::string_view& out, std::size_t cap, const char* what) {
-  if (r.in.size() < 4) return false;
-  const auto n = net::reader{r.in}.num<std::uint32_t>();
-  if (n > cap) throw net::malformed(std::string(what) + " of " + std::to_string(n) + " bytes");
-  if (r.in.size() < 4 + std::size_t{n}) return false;
-  out = r.str(cap);
-  return true;
-}
+TUTTI_DECL bool hello_field(net::reader& r, std::string_view& out, std::size_t cap, const char* what);
 
 /// Parses the hello at the front of `in`: empty while incomplete; `malformed` for another magic,
 /// or a job id or token longer than its cap (as soon as its length has arrived).
-inline std::optional<mesh_hello> parse_mesh_hello(std::string_view in) {
-  using net::malformed;
-  if (in.size() < 8) return std::nullopt;
-  net::reader r{in};
-  if (r.num<std::uint64_t>() != hello_magic) throw malformed("not a tutti connection (wrong magic)", true);
-  if (in.size() < hello_fixed) return std::nullopt;
-  mesh_hello h;
-  h.version = r.num<std::uint32_t>();
-  h.from = r.num<std::int32_t>();
-  h.world = r.num<std::int32_t>();
-  h.stream = r.num<std::int32_t>();
-  h.streams = r.num<std::int32_t>();
-  if (!hello_field(r, h.job_id, max_job_id, "job id") || !hello_field(r, h.token, net::max_token, "token")) return std::nullopt;
-  h.size = in.size() - r.in.size();
-  return h;
-}
+TUTTI_DECL std::optional<mesh_hello> parse_mesh_hello(std::string_view in);
 
 /// A rank's hello on a connection of a group's own (`tcp::sub`): magic u64, version u32, from
 /// (the world rank), stream (i32 each), the group's context u64, then the job id and the token.
@@ -98,30 +70,12 @@ struct group_hello {
 inline constexpr std::size_t group_hello_fixed = 8 + 4 + 4 + 4 + 8;
 inline constexpr std::size_t max_group_hello_bytes = group_hello_fixed + 4 + max_job_id + 4 + net::max_token;
 
-inline std::string group_hello_text(int from, int stream, std::uint64_t context, const std::string& job,
-                                    const std::string& token) {
-  net::writer w;
-  w.num(group_hello_magic).num(hello_version).num(static_cast<std::int32_t>(from)).num(static_cast<std::int32_t>(stream));
-  w.num(context).str(job).str(token);
-  return w.out;
-}
+TUTTI_DECL std::string group_hello_text(int from, int stream, std::uint64_t context, const std::string& job,
+                                        const std::string& token);
 
 /// Parses a group hello: empty while incomplete; `malformed` for another magic or a field over
 /// its cap.
-inline std::optional<group_hello> parse_group_hello(std::string_view in) {
-  using net::malformed;
-  if (in.size() < 8) return std::nullopt;
-  net::reader r{in};
-  if (r.num<std::uint64_t>() != group_hello_magic) throw malformed("not a tutti group connection (wrong magic)", true);
-  if (in.size() < group_hello_fixed) return std::nullopt;
-  group_hello h;
-  h.version = r.num<std::uint32_t>();
-  h.from = r.num<std::int32_t>();
-  h.stream = r.num<std::int32_t>();
-  h.context = r.num<std::uint64_t>();
-  if (!hello_field(r, h.job_id, max_job_id, "job id") || !hello_field(r, h.token, net::max_token, "token")) return std::nullopt;
-  return h;
-}
+TUTTI_DECL std::optional<group_hello> parse_group_hello(std::string_view in);
 
 /// What a 64-byte frame says: a message (its header), or a notice (failure, stall, waiting, note)
 /// and the length of the text that follows it, cut to `toolkit::max_notice_text`. A message's
@@ -135,35 +89,14 @@ struct frame_head {
 
 /// Parses a frame; `malformed` for another magic, or a message of a collective that does not
 /// exist (error messages name the collective, so it must be one).
-inline frame_head parse_frame_head(const toolkit::wire::frame& f) {
-  using net::malformed;
-  using toolkit::wire::kind;
-  frame_head out;
-  for (kind k : {kind::failure, kind::stall, kind::note, kind::waiting})
-    if (f.is(k)) {
-      out.kind = k;
-      out.h = f.head();
-      out.text_bytes = k == kind::waiting ? 0 : static_cast<std::size_t>(std::min<std::uint64_t>(f.bytes, toolkit::max_notice_text));
-      return out;
-    }
-  if (!f.is(kind::message))
-    throw malformed("not a tutti message: the stream is corrupt or another program wrote to it", true);
-  out.h = f.head();
-  if (!is_collective(static_cast<std::uint8_t>(out.h.fp.coll)))
-    throw malformed("unknown collective " + std::to_string(static_cast<unsigned>(out.h.fp.coll)));
-  return out;
-}
+TUTTI_DECL frame_head parse_frame_head(const toolkit::wire::frame& f);
 
 /// One line on stderr for a connection the acceptor drops: the peer's address and why, never
 /// the token. At most `max_logged` per start-up.
-TUTTI_COLD inline void log_refusal(int rank, const std::string& from, const std::string& why, int& logged) {
-  static constexpr int max_logged = 100;
-  if (logged > max_logged) return;
-  if (logged++ == max_logged)
-    std::fprintf(stderr, "[tutti rank %d] tcp start-up: more refused connections; no longer logged\n", rank);
-  else
-    std::fprintf(stderr, "[tutti rank %d] tcp start-up: refused a connection from %s: %s\n", rank, from.c_str(),
-                 why.c_str());
-}
+void log_refusal(int rank, const std::string& from, const std::string& why, int& logged);
 
 }  // namespace tutti::detail::tcp_impl
+
+#if defined(TUTTI_DEFINITIONS)
+#include "tutti/transport/tcp/wire.ipp"
+#endif
