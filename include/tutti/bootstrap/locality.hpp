@@ -7,12 +7,7 @@
 /// axis given a one-host transport (`tutti::shm`) lies within hosts.
 #pragma once
 
-#include <unistd.h>
-
-#include <array>
 #include <cstdint>
-#include <cstdlib>
-#include <fstream>
 #include <string>
 
 #include "tutti/core/dtype.hpp"
@@ -36,25 +31,14 @@ struct node_identity {
   std::uint64_t hash() const { return detail::fnv1a(key()); }
 
   /// This process's, read now (TUTTI_NODE_ID may change between calls, as tests do).
-  TUTTI_COLD static node_identity of_this_process() {
-    node_identity n;
-    if (const char* id = std::getenv("TUTTI_NODE_ID"); id && *id) n.given = id;
-    std::array<char, 256> host{};
-    if (gethostname(host.data(), host.size() - 1) == 0) n.hostname = host.data();
-    if (n.hostname.empty()) n.hostname = "?";
-    std::ifstream boot("/proc/sys/kernel/random/boot_id");
-    if (!std::getline(boot, n.boot_id) || n.boot_id.empty()) n.boot_id = "?";
-    n.ipc_namespace = link_of("/proc/self/ns/ipc");
-    n.net_namespace = link_of("/proc/self/ns/net");
-    return n;
-  }
+  TUTTI_COLD static node_identity of_this_process();
 
  private:
-  static std::string link_of(const char* path) {
-    std::array<char, 128> buf{};
-    const ssize_t got = readlink(path, buf.data(), buf.size() - 1);
-    return got > 0 ? std::string(buf.data(), static_cast<std::size_t>(got)) : std::string("?");
-  }
+  static std::string link_of(const char* path);
 };
 
 }  // namespace tutti
+
+#if defined(TUTTI_DEFINITIONS)
+#include "tutti/bootstrap/locality.ipp"
+#endif

@@ -6,7 +6,6 @@
 /// sockets: the fuzz targets include it alone.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -14,6 +13,7 @@
 #include <type_traits>
 
 #include "tutti/core/error.hpp"
+#include "tutti/detail/attributes.hpp"
 
 namespace tutti::detail::net {
 
@@ -54,29 +54,12 @@ struct reader {
     in.remove_prefix(sizeof(U));
     return static_cast<U>(w);
   }
-  std::string_view str(std::size_t limit) {
-    const auto n = num<std::uint32_t>();
-    if (!ok || n > limit || n > in.size()) {
-      ok = false;
-      in = {};
-      return {};
-    }
-    auto s = in.substr(0, n);
-    in.remove_prefix(n);
-    return s;
-  }
+  std::string_view str(std::size_t limit);
 };
 
 /// Whether a peer's job token equals ours, in time that depends only on the lengths (a
 /// stranger timing its refusals learns nothing about how much of the secret it guessed).
-inline bool same_token(std::string_view theirs, std::string_view ours) {
-  unsigned char diff = theirs.size() == ours.size() ? 0 : 1;
-  const std::size_t n = std::min(theirs.size(), ours.size());
-  for (std::size_t i = 0; i < n; ++i) diff |= static_cast<unsigned char>(theirs[i] ^ ours[i]);
-  // an opaque barrier: the compiler may not turn the loop back into an early exit
-  asm volatile("" : "+r"(diff));
-  return diff == 0;
-}
+TUTTI_DECL bool same_token(std::string_view theirs, std::string_view ours);
 
 inline std::string frame(const std::string& body) {
   writer w;
@@ -102,15 +85,10 @@ struct answer_head {
 };
 inline constexpr std::size_t answer_head_bytes = 8 + 1 + 4;
 inline constexpr std::size_t max_answer_text = 4096;
-inline answer_head parse_answer_head(std::string_view head, std::uint64_t want_magic) {
-  reader r{head};
-  if (head.size() != answer_head_bytes) throw malformed("answer head of " + std::to_string(head.size()) + " bytes");
-  if (r.num<std::uint64_t>() != want_magic) throw malformed("wrong magic", true);
-  answer_head a;
-  a.status = r.num<std::uint8_t>();
-  a.text_bytes = r.num<std::uint32_t>();
-  if (a.text_bytes > max_answer_text) throw malformed("answer text of " + std::to_string(a.text_bytes) + " bytes");
-  return a;
-}
+TUTTI_DECL answer_head parse_answer_head(std::string_view head, std::uint64_t want_magic);
 
 }  // namespace tutti::detail::net
+
+#if defined(TUTTI_DEFINITIONS)
+#include "tutti/bootstrap/net/codec.ipp"
+#endif
