@@ -96,16 +96,7 @@ struct layout {
   std::size_t controls, notices_at, rings, ring_stride, windows, arenas, total;
   shm_options opt;
   int p;
-  layout(int world, shm_options o) : opt(o), p(world) {
-    const auto P = static_cast<std::size_t>(world);
-    controls = 4096;
-    notices_at = controls + P * sizeof(control);
-    rings = notices_at + P * sizeof(notices);
-    ring_stride = sizeof(ring_ends) + o.ring_bytes;
-    windows = (rings + P * (P > 1 ? P - 1 : 0) * ring_stride + 4095) & ~std::size_t{4095};
-    arenas = windows + P * o.window_bytes;
-    total = arenas + P * o.arena_bytes;
-  }
+  layout(int world, shm_options o);
   std::size_t ring(int src, int dst) const {  // ordered pair (src, dst), src != dst
     const int k = src * (p - 1) + (dst < src ? dst : dst - 1);
     return rings + static_cast<std::size_t>(k) * ring_stride;
@@ -113,3 +104,7 @@ struct layout {
 };
 
 }  // namespace tutti::detail::shm_impl
+
+#if defined(TUTTI_DEFINITIONS)
+#include "tutti/transport/shm/layout.ipp"
+#endif

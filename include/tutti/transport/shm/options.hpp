@@ -7,7 +7,6 @@
 #include <cstddef>
 
 #include "tutti/detail/attributes.hpp"
-#include "tutti/bootstrap/env.hpp"
 
 namespace tutti {
 
@@ -22,18 +21,11 @@ struct shm_options {
   enum class mode { automatic, never, always };
   mode single_copy = mode::automatic;
 
-  TUTTI_COLD static shm_options from_env(int world_size) {
-    shm_options o;
-    if (world_size > 16) o.ring_bytes = std::size_t{64} << 10;  // p(p-1) rings: keep the total sane
-    if (auto v = detail::env_int("TUTTI_SHM_RING_BYTES", 4096, 1L << 30)) o.ring_bytes = static_cast<std::size_t>(*v);
-    if (auto v = detail::env_int("TUTTI_SHM_WINDOW_BYTES", 8192, 1L << 32)) o.window_bytes = static_cast<std::size_t>(*v);
-    if (auto v = detail::env_int("TUTTI_SHM_ARENA_BYTES", 0, 1L << 40)) o.arena_bytes = static_cast<std::size_t>(*v);
-    if (auto v = detail::env_int("TUTTI_SHM_SINGLE_COPY", 0, 1)) o.single_copy = *v ? mode::always : mode::never;
-    o.arena_bytes = (o.arena_bytes + 4095) & ~std::size_t{4095};
-    o.ring_bytes = (o.ring_bytes + 63) & ~std::size_t{63};
-    o.window_bytes = (o.window_bytes + 127) & ~std::size_t{127};
-    return o;
-  }
+  TUTTI_COLD static shm_options from_env(int world_size);
 };
 
 }  // namespace tutti
+
+#if defined(TUTTI_DEFINITIONS)
+#include "tutti/transport/shm/options.ipp"
+#endif

@@ -6,18 +6,10 @@
 /// (its process exited, or it marked itself failed, and why) and leaves or reads last words.
 #pragma once
 
-#include <poll.h>
-#include <signal.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
-#include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
@@ -25,7 +17,6 @@
 #include <vector>
 
 #include "tutti/bootstrap/local_rendezvous.hpp"
-#include "tutti/detail/futex.hpp"
 #include "tutti/transport/shm/layout.hpp"
 
 namespace tutti::detail::shm_impl {
@@ -57,10 +48,7 @@ struct segment {
   segment(int world, shm_options o) : lay(world, o) {}
   segment(const segment&) = delete;
   segment& operator=(const segment&) = delete;
-  ~segment() {
-    if (base) ::munmap(base, lay.arenas);
-    if (arena_base) ::munmap(arena_base, lay.total - lay.arenas);
-  }
+  ~segment();
   std::byte* arena(int world_r) const { return arena_base + static_cast<std::size_t>(world_r) * lay.opt.arena_bytes; }
   control& ctl(int world_r) const { return reinterpret_cast<control*>(base + lay.controls)[world_r]; }
   notices& notes(int world_r) const { return reinterpret_cast<notices*>(base + lay.notices_at)[world_r]; }
@@ -71,78 +59,25 @@ struct segment {
   }
 
   /// Wakes `world_r` if it may be asleep. Call after publishing what it waits for.
-  void ring_bell(int world_r) const noexcept {
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    control& c = ctl(world_r);
-    if (c.sleepers.load(std::memory_order_relaxed) > 0) {
-      c.doorbell.fetch_add(1, std::memory_order_seq_cst);
-      futex_wake_all(&c.doorbell);
-    }
-  }
+  void ring_bell(int world_r) const noexcept;
 
   /// Whether world rank r's process is gone (it may have failed and still be alive otherwise).
-  bool exited(int world_r) const {
-    const auto r = static_cast<std::size_t>(world_r);
-    if (r < pidfds.size() && pidfds[r]) {
-      pollfd pf{pidfds[r].get(), POLLIN, 0};
-      return ::poll(&pf, 1, 0) > 0;
-    }
-    return r < pids.size() && pids[r] > 0 && ::kill(pids[r], 0) != 0 && errno == ESRCH;
-  }
+  bool exited(int world_r) const;
 
   /// Empty when world rank r is alive; otherwise why it is not: "failed: <its reason>", or
   /// "exited or was killed (pid N)" and its last words, if it left any.
-  std::string gone(int world_r) const {
-    control& c = ctl(world_r);
-    if (c.state.load(std::memory_order_acquire) == static_cast<std::uint32_t>(rank_state::failed)) {
-      const notices& n = notes(world_r);
-      const std::size_t len = std::min<std::size_t>(n.failure_bytes, notice_text_bytes);
-      return "failed: " + std::string(n.failure, len);
-    }
-    if (exited(world_r)) {
-      const std::string words = note_of(world_r);
-      return "exited or was killed (pid " + std::to_string(pids[static_cast<std::size_t>(world_r)]) + ")" +
-             (words.empty() ? std::string() : " after its last words: " + words);
-    }
-    return {};
-  }
+  std::string gone(int world_r) const;
 
   /// Marks this rank failed with `what` (already cut to fit: toolkit::notice_text).
-  void write_failure(std::string_view what) noexcept {
-    notices& n = notes(world_rank);
-    const std::size_t len = std::min(what.size(), notice_text_bytes);
-    std::memcpy(n.failure, what.data(), len);
-    n.failure_bytes = static_cast<std::uint32_t>(len);
-    ctl(world_rank).state.store(static_cast<std::uint32_t>(rank_state::failed), std::memory_order_release);
-  }
+  void write_failure(std::string_view what) noexcept;
 
   /// This rank's last words (empty: none), read by peers under the note's seqlock.
-  void write_note(std::string_view what) noexcept {
-    control& c = ctl(world_rank);
-    notices& n = notes(world_rank);
-    const std::uint64_t g = c.note_gen.load(std::memory_order_relaxed);
-    c.note_gen.store(g + 1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_release);
-    const std::size_t len = std::min(what.size(), notice_text_bytes);
-    std::atomic_ref<std::uint32_t>(n.note_bytes).store(static_cast<std::uint32_t>(len), std::memory_order_relaxed);
-    for (std::size_t i = 0; i < len; ++i) std::atomic_ref<char>(n.note[i]).store(what[i], std::memory_order_relaxed);
-    c.note_gen.store(g + 2, std::memory_order_release);
-  }
-  std::string note_of(int world_r) const {
-    control& c = ctl(world_r);
-    notices& n = notes(world_r);
-    for (int attempt = 0; attempt < 8; ++attempt) {
-      const std::uint64_t g1 = c.note_gen.load(std::memory_order_acquire);
-      if (g1 & 1) continue;
-      const std::size_t len = std::min<std::size_t>(
-          std::atomic_ref<std::uint32_t>(n.note_bytes).load(std::memory_order_relaxed), notice_text_bytes);
-      std::string text(len, '\0');
-      for (std::size_t i = 0; i < len; ++i) text[i] = std::atomic_ref<char>(n.note[i]).load(std::memory_order_relaxed);
-      std::atomic_thread_fence(std::memory_order_acquire);
-      if (c.note_gen.load(std::memory_order_relaxed) == g1) return text;
-    }
-    return {};
-  }
+  void write_note(std::string_view what) noexcept;
+  std::string note_of(int world_r) const;
 };
 
 }  // namespace tutti::detail::shm_impl
+
+#if defined(TUTTI_DEFINITIONS)
+#include "tutti/transport/shm/segment.ipp"
+#endif

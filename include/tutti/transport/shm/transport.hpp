@@ -7,11 +7,7 @@
 /// check, the group map and the error texts come from the transport toolkit.
 #pragma once
 
-#include <sys/uio.h>
-
 #include <algorithm>
-#include <cstdio>
-#include <bit>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -24,6 +20,7 @@
 #include <vector>
 
 #include "tutti/detail/attributes.hpp"
+#include "tutti/detail/futex.hpp"
 #include "tutti/bootstrap/env.hpp"
 #include "tutti/core/config.hpp"
 #include "tutti/core/error.hpp"
@@ -34,9 +31,6 @@
 #include "tutti/transport/shm/options.hpp"
 #include "tutti/transport/shm/rings.hpp"
 #include "tutti/transport/shm/segment.hpp"
-#include "tutti/transport/shm/grow.hpp"
-#include "tutti/transport/shm/shrink.hpp"
-#include "tutti/transport/shm/startup.hpp"
 #include "tutti/transport/shm/windows.hpp"
 #include "tutti/transport/toolkit.hpp"
 
@@ -54,47 +48,12 @@ class shm {
   /// With `TUTTI_JOIN=1`, joins a running job instead (its TUTTI_JOB_ID or MASTER_PORT, and its
   /// TUTTI_JOB_TOKEN): the transport of the world its ranks' next `grow()` makes, in which this
   /// process has a rank after the old ones (shm/grow.hpp).
-  static shm from_env() {
-    const config cfg = config::from_env();
-    const char* join = detail::getenv_nonempty("TUTTI_JOIN");
-    if (join && std::string_view(join) != "0") {
-      if (std::string_view(join) != "1") throw config_error("TUTTI_JOIN='" + std::string(join) + "': use 1 (join a running job) or 0");
-      std::string base;
-      if (const char* id = detail::getenv_nonempty("TUTTI_JOB_ID")) base = id;
-      else if (const auto port = detail::env_int("MASTER_PORT", 1, 65535)) base = "port" + std::to_string(*port);
-      else throw config_error("TUTTI_JOIN=1: a joiner needs the running job's TUTTI_JOB_ID or MASTER_PORT to find it");
-      const std::string token = job_token();
-      const auto j = detail::shm_impl::ask_to_join(base, token, cfg.timeout);
-      shm t = create(j.rank, j.world, j.job_id, j.opt, cfg.timeout);
-      t.seg_->base_job_id = base;
-      t.seg_->token = token;
-      detail::log(log_level::info, cfg, j.rank, "shm: joined job '" + base + "' as rank " + std::to_string(j.rank) + " of " +
-                                                     std::to_string(j.world));
-      return t;
-    }
-    return create(job_env::from_env(), cfg);
-  }
+  static shm from_env();
 
-  TUTTI_COLD static shm create(const job_env& job, const config& cfg) {
-    if (job.local_world_size != job.world_size)
-      throw config_error("tutti::shm needs every rank on one host, but the environment (" + job.source + ") says " +
-                         std::to_string(job.local_world_size) + " of " + std::to_string(job.world_size) +
-                         " ranks run here; use tutti::tcp or a hierarchy across hosts");
-    shm t = create(job.rank, job.world_size, job.job_id, shm_options::from_env(job.world_size), cfg.timeout);
-    t.seg_->base_job_id = job.job_id;
-    t.seg_->token = job_token();
-    detail::log(log_level::info, cfg, job.rank, "shm: " + t.seg_->single_copy_note);
-    return t;
-  }
+  TUTTI_COLD static shm create(const job_env& job, const config& cfg);
 
   TUTTI_COLD static shm create(int rank, int world_size, const std::string& job_id, shm_options opt,
-                    std::chrono::milliseconds timeout) {
-    shm t;
-    t.seg_ = detail::shm_impl::map_segment(rank, world_size, job_id, opt, timeout);
-    t.group_ = toolkit::group_map(world_size, rank);
-    detail::shm_impl::publish_waiting(*t.seg_, t.group_, nullptr);
-    return t;
-  }
+                    std::chrono::milliseconds timeout);
 
   int rank() const noexcept { return group_.rank(); }
   int size() const noexcept { return group_.size(); }
@@ -107,20 +66,7 @@ class shm {
   /// rendezvous named after this job and the group's context), so that the group and its world
   /// can be driven from different threads at once. Its rings are the world's size; it has no
   /// windows or arena (collectives of a group run over the rings).
-  shm sub(std::span<const int> members, std::uint64_t context) const {
-    const toolkit::group_map g = group_.sub(members, context);
-    shm_options o = seg_->lay.opt;
-    o.window_bytes = 8192;
-    o.arena_bytes = 0;
-    o.single_copy = shm_options::mode::never;
-    char id[24];
-    std::snprintf(id, sizeof id, ".g%016llx", static_cast<unsigned long long>(context));
-    shm t;
-    t.seg_ = detail::shm_impl::map_segment(g.rank(), g.size(), seg_->job_id + id, o, seg_->timeout);
-    t.group_ = g.own_links();
-    detail::shm_impl::publish_waiting(*t.seg_, t.group_, nullptr);
-    return t;
-  }
+  shm sub(std::span<const int> members, std::uint64_t context) const;
 
   // ---- point to point -------------------------------------------------------------------
 
@@ -146,22 +92,7 @@ class shm {
                [&] { return detail::shm_impl::data_arrived(*seg_, group_, in); });
   }
   void sendrecv_with(int to, const header& hs, const std::byte* sdata, int from, const header& hr,
-                     byte_consumer consume, const wait_context& w) {
-    using namespace detail::shm_impl;
-    outgoing out{to, hs, sdata};
-    incoming in{from, hr, consume};
-    bool sent = false, received = false;
-    while (true) {
-      if (!sent) sent = progress(*seg_, group_, out);
-      if (!received) received = progress(*seg_, group_, in, w);
-      if (sent && received) return;
-      wait_for(w, received ? hs : hr, received ? to : from, sent ? -1 : to,
-               received ? "to make room at" : "to receive from",
-               sent ? wait_kind::recv : received ? wait_kind::send : wait_kind::duplex, [&] {
-                 return (!sent && room_changed(*seg_, group_, out)) || (!received && data_arrived(*seg_, group_, in));
-               });
-    }
-  }
+                     byte_consumer consume, const wait_context& w);
 
   // ---- windows and phases (the shared_window capability) ---------------------------------
 
@@ -177,19 +108,7 @@ class shm {
 
   /// Waits until rank `r` has posted phase `g`, the call being `fp`. With `compare`, a peer at
   /// exactly `g` must have posted `fp` too: `mismatch_error` otherwise.
-  void wait_phase(int r, std::uint64_t g, const fingerprint& fp, bool compare, const wait_context& w) {
-    using namespace detail::shm_impl;
-    auto& c = seg_->ctl(group_.world(r));
-    if (!has_posted(c, g)) {
-      header h{fp, 0};
-      if (!compare) h.fp.coll = collective::send_recv;  // liveness and deadline only
-      wait_for(w, h, r, -1, "to reach the same step as", wait_kind::phase, [&] { return has_posted(c, g); });
-    }
-    if (!compare) return;
-    if (const auto theirs = posted_fp(c, g); theirs && *theirs != fp)
-      throw mismatch_error(toolkit::where({fp, 0}, w.algorithm) + ": " + detail::describe_difference(fp, rank(), *theirs, r));
-    check_ring(*seg_, group_, r, fp, w);
-  }
+  void wait_phase(int r, std::uint64_t g, const fingerprint& fp, bool compare, const wait_context& w);
   void wait_all(std::uint64_t g, const fingerprint& fp, bool compare, const wait_context& w) {
     for (int r = 0; r < size(); ++r)
       if (r != rank()) wait_phase(r, g, fp, compare, w);
@@ -207,19 +126,7 @@ class shm {
   /// read again where this rank's own wait_all at g compared every peer: a peer it found already
   /// past g had run this check at g while this rank was still at g, comparing ours (measured:
   /// 0.1 us of a 0.6 us 8-byte all_reduce at 2 ranks).
-  void check_posted(std::uint64_t g, const fingerprint& fp, const wait_context& w) const {
-    using namespace detail::shm_impl;
-    const auto mine = g > 0 && seg_->compared_all != g ? posted_fp(seg_->ctl(seg_->world_rank), g) : std::nullopt;
-    for (int r = 0; r < size(); ++r) {
-      if (r == rank()) continue;
-      if (mine)
-        if (const auto theirs = posted_fp(seg_->ctl(group_.world(r)), g); theirs && *theirs != *mine)
-          throw mismatch_error(std::string(collective_name(mine->coll)) + "(" + std::string(w.algorithm) + ") #" +
-                               std::to_string(mine->seq) + ": " + detail::describe_difference(*mine, rank(), *theirs, r) +
-                               " (seen when rank " + std::to_string(rank()) + " began its next step on the windows)");
-      check_ring(*seg_, group_, r, fp, w);
-    }
-  }
+  void check_posted(std::uint64_t g, const fingerprint& fp, const wait_context& w) const;
 
   // ---- shared allocation (zero copy) and single copy ---------------------------------------
 
@@ -276,32 +183,12 @@ class shm {
   /// (`communicator::shrink`; shrink.hpp says how they agree). A rank that arrives after the
   /// decision without being in it raises `errc::aborted`. `kept`, when given, gets the old ranks
   /// of the members in new rank order.
-  TUTTI_COLD shm shrink(std::chrono::milliseconds timeout, std::vector<int>* kept = nullptr) const {
-    if (group_.context() != 0) throw usage_error("shm shrink: call it on the world communicator, not on a group");
-    auto& seg = *seg_;
-    const auto s = detail::shm_impl::agree_survivors(seg, timeout);
-    const auto bit = [](int r) { return std::uint64_t{1} << r; };
-    if (kept) {
-      kept->clear();
-      for (int r = 0; r < seg.lay.p; ++r)
-        if (s.members & bit(r)) kept->push_back(r);
-    }
-    const int new_rank = std::popcount(s.members & (bit(seg.world_rank) - 1));
-    const int new_size = std::popcount(s.members);
-    return successor(create(new_rank, new_size, seg.job_id + ".shrink" + std::to_string(s.generation), seg.lay.opt, timeout));
-  }
+  TUTTI_COLD shm shrink(std::chrono::milliseconds timeout, std::vector<int>* kept = nullptr) const;
 
   /// The transport of a larger world: this one's ranks (same numbers) and `joiners` processes
   /// started with `TUTTI_JOIN=1`, numbered after them in the order they came (`communicator::grow`;
   /// grow.hpp). Rank 0 waits up to `timeout` for them. This transport stays usable.
-  TUTTI_COLD shm grow(int joiners, std::chrono::milliseconds timeout) const {
-    if (group_.context() != 0) throw usage_error("shm grow: call it on the world communicator, not on a group");
-    auto& seg = *seg_;
-    const std::string job = seg.job_id + ".grow" + std::to_string(++seg.grows);
-    if (seg.world_rank == 0)
-      detail::shm_impl::take_joiners(seg.base_job_id, seg.token, seg.lay.p, joiners, job, seg.lay.opt, timeout);
-    return successor(create(seg.world_rank, seg.lay.p + joiners, job, seg.lay.opt, timeout));
-  }
+  TUTTI_COLD shm grow(int joiners, std::chrono::milliseconds timeout) const;
 
   /// `next`, a job that follows this one (shrink, grow): joiners still find it by the first id.
   shm successor(shm next) const {
@@ -316,24 +203,11 @@ class shm {
   }
 
   /// Marks this rank failed, so its peers raise `peer_lost` with `what` instead of timing out.
-  void fail(std::string_view what) noexcept {
-    try {
-      seg_->write_failure(toolkit::notice_text(what, detail::shm_impl::notice_text_bytes));
-    } catch (...) {
-      seg_->write_failure("failed (the reason did not fit in memory)");
-    }
-    for (int r : group_.members())
-      if (r != seg_->world_rank) seg_->ring_bell(r);
-  }
+  void fail(std::string_view what) noexcept;
 
   /// Leaves `what` as this rank's last words (empty: none): a peer that finds this rank's
   /// process gone, or times out waiting for it, quotes them.
-  void note(std::string_view what) noexcept {
-    try {
-      seg_->write_note(toolkit::notice_text(what, detail::shm_impl::notice_text_bytes));
-    } catch (...) {
-    }
-  }
+  void note(std::string_view what) noexcept;
 
  private:
   using wait_kind = detail::shm_impl::wait_kind;
@@ -412,22 +286,7 @@ class shm {
   }
 
   /// `bytes` at `address` in rank r's process into `dst`, with process_vm_readv.
-  void read_remote(int r, std::uint64_t address, std::size_t bytes, std::byte* dst) {
-    std::size_t done = 0;
-    while (done < bytes) {
-      iovec local{dst + done, bytes - done}, peer{reinterpret_cast<void*>(address + done), bytes - done};
-      const ssize_t n = ::process_vm_readv(seg_->pids[static_cast<std::size_t>(group_.world(r))], &local, 1, &peer, 1, 0);
-      if (n <= 0) {
-        const int e = n < 0 ? errno : EIO;
-        if (std::string why = seg_->gone(group_.world(r)); !why.empty() || e == ESRCH)
-          throw peer_lost("shm: rank " + std::to_string(r) + " " + (why.empty() ? "exited" : why) + " while rank " +
-                          std::to_string(rank()) + " read its input");
-        throw error(errc::aborted, "shm: process_vm_readv of " + std::to_string(bytes) + " bytes from rank " +
-                                       std::to_string(r) + " failed: " + detail::errno_text(e));
-      }
-      done += static_cast<std::size_t>(n);
-    }
-  }
+  void read_remote(int r, std::uint64_t address, std::size_t bytes, std::byte* dst);
 
   std::shared_ptr<detail::shm_impl::segment> seg_;
   toolkit::group_map group_;
@@ -438,3 +297,7 @@ static_assert(transport<shm> && zero_copy_recv<shm> && shared_window<shm> && pos
               shared_allocation<shm> && from_environment<shm> && one_host_job<shm>);
 
 }  // namespace tutti
+
+#if defined(TUTTI_DEFINITIONS)
+#include "tutti/transport/shm/transport.ipp"
+#endif
