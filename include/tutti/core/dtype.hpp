@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
 #include <iterator>
 #include <string>
 #include <string_view>
@@ -96,11 +95,10 @@ constexpr const char* builtin_dtype_name(std::uint32_t id) noexcept {
 }  // namespace detail
 
 /// A readable name for a dtype (for error messages).
-TUTTI_COLD inline std::string dtype_name(dtype d) {
-  if (const char* n = detail::builtin_dtype_name(d.id)) return n;
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "user type #%08x (%u bytes)", d.id, d.size);
-  return buf;
-}
+std::string dtype_name(dtype d);
 
 }  // namespace tutti
+
+#if defined(TUTTI_DEFINITIONS)
+#include "tutti/core/dtype.ipp"
+#endif

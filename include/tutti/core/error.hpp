@@ -6,6 +6,8 @@
 #include <string>
 #include <system_error>
 
+#include "tutti/detail/attributes.hpp"
+
 namespace tutti {
 
 /// Error codes of the `tutti` category; each has a typed exception below.
@@ -22,17 +24,7 @@ namespace detail {
 class error_category_impl final : public std::error_category {
  public:
   const char* name() const noexcept override { return "tutti"; }
-  std::string message(int c) const override {
-    switch (static_cast<errc>(c)) {
-      case errc::timeout: return "timed out";
-      case errc::peer_lost: return "peer lost";
-      case errc::mismatch: return "ranks disagree";
-      case errc::config: return "bad configuration";
-      case errc::usage: return "invalid arguments";
-      case errc::aborted: return "communicator aborted";
-    }
-    return "unknown tutti error";
-  }
+  std::string message(int c) const override;
 };
 }  // namespace detail
 
@@ -88,3 +80,7 @@ class usage_error : public error {
 
 template <>
 struct std::is_error_code_enum<tutti::errc> : std::true_type {};
+
+#if defined(TUTTI_DEFINITIONS)
+#include "tutti/core/error.ipp"
+#endif

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
 #include <string>
 #include <string_view>
 
@@ -59,69 +58,16 @@ class header_mismatch : public mismatch_error {
 
 namespace detail {
 /// "[sum 40, digest 1a2b3c4d]": a v-collective's counts, as a fingerprint knows them.
-inline std::string counts_text(const fingerprint& f) {
-  char digest[32];
-  std::snprintf(digest, sizeof digest, "%08llx", static_cast<unsigned long long>(f.shape & 0xffffffffu));
-  return "[sum " + std::to_string(f.count) + ", digest " + digest + "]";
-}
+TUTTI_DECL std::string counts_text(const fingerprint& f);
 
-TUTTI_COLD inline std::string fingerprint_summary(const fingerprint& f, std::string_view algo_name = {}) {
-  std::string s(collective_name(f.coll));
-  if (!algo_name.empty()) {
-    s += '(';
-    s += algo_name;
-    s += ')';
-  }
-  s += " #" + std::to_string(f.seq);
-  if (info(f.coll).counts == counts_kind::per_rank) {
-    if (f.shape) s += " counts=" + counts_text(f);
-  } else if (f.shape) {
-    s += " fused counts=" + counts_text(f);
-  } else {
-    s += " count=" + std::to_string(f.count);
-  }
-  s += " dtype=" + dtype_name({f.dtype, f.elem_size});
-  if (f.op) s += " op=" + std::string(op_name(f.op));
-  if (f.root >= 0) s += (f.coll == collective::send_recv ? " tag=" : " root=") + std::to_string(f.root);
-  return s;
-}
+std::string fingerprint_summary(const fingerprint& f, std::string_view algo_name = {});
 
 /// "rank 0 passed count=10, rank 1 passed count=12" for the first field that differs.
-TUTTI_COLD inline std::string describe_difference(const fingerprint& mine, int my_rank,
-                                       const fingerprint& theirs, int their_rank) {
-  auto both = [&](std::string_view what, const std::string& a, const std::string& b) {
-    return "rank " + std::to_string(my_rank) + " called with " + std::string(what) + "=" + a +
-           ", rank " + std::to_string(their_rank) + " with " + std::string(what) + "=" + b;
-  };
-  if (mine.coll != theirs.coll || mine.seq != theirs.seq)
-    return "rank " + std::to_string(my_rank) + " is in " + fingerprint_summary(mine) +
-           ", rank " + std::to_string(their_rank) + " is in " + fingerprint_summary(theirs) +
-           " (different collectives, or a different order of calls)";
-  if (mine.dtype != theirs.dtype || mine.elem_size != theirs.elem_size)
-    return both("dtype", dtype_name({mine.dtype, mine.elem_size}),
-                dtype_name({theirs.dtype, theirs.elem_size}));
-  if (mine.count != theirs.count || mine.shape != theirs.shape) {
-    if (info(mine.coll).counts == counts_kind::per_rank)
-      return both("counts", counts_text(mine), counts_text(theirs)) + " (every rank passes the same counts)";
-    if (mine.shape || theirs.shape)  // a fused batch of all_reduces (communicator::fuse)
-      return both("fused counts", counts_text(mine), counts_text(theirs)) +
-             " (the ranks fused different all_reduces: their batches differ in the count, or number, of operations)";
-    return both("count", std::to_string(mine.count), std::to_string(theirs.count));
-  }
-  if (mine.op != theirs.op)
-    return both("op", std::string(op_name(mine.op)) + "#" + std::to_string(mine.op),
-                std::string(op_name(theirs.op)) + "#" + std::to_string(theirs.op));
-  if (mine.root != theirs.root)
-    return both(mine.coll == collective::send_recv ? "tag" : "root", std::to_string(mine.root),
-                std::to_string(theirs.root));
-  if (mine.algo != theirs.algo)
-    return both("algorithm id", std::to_string(mine.algo), std::to_string(theirs.algo)) +
-           " (TUTTI_ALGO or the algorithm type differs between ranks)";
-  if (mine.context != theirs.context)
-    return both("communicator context", std::to_string(mine.context),
-                std::to_string(theirs.context));
-  return "fingerprints differ";
-}
+std::string describe_difference(const fingerprint& mine, int my_rank, const fingerprint& theirs, int their_rank);
 }  // namespace detail
 
 }  // namespace tutti
+
+#if defined(TUTTI_DEFINITIONS)
+#include "tutti/core/fingerprint.ipp"
+#endif

@@ -16,17 +16,9 @@
 /// (no allocation, no stdio, only `write` and `clock_gettime`).
 #pragma once
 
-#include <signal.h>
-#include <time.h>
-#include <unistd.h>
-
-#include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -69,11 +61,7 @@ struct flight_slot {
 
 inline flight_slot flight_table[flight_slots];
 
-inline std::int64_t realtime_ns() noexcept {
-  timespec ts{};
-  ::clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
+TUTTI_DECL std::int64_t realtime_ns() noexcept;
 
 /// A line under construction, without allocation.
 struct line_buffer {
@@ -84,150 +72,31 @@ struct line_buffer {
       if (n < sizeof b - 1) b[n++] = c;
     return *this;
   }
-  line_buffer& num(std::uint64_t v, int width = 0) noexcept {
-    char d[24];
-    int k = 0;
-    do d[k++] = static_cast<char>('0' + v % 10); while ((v /= 10) != 0);
-    for (int i = k; i < width; ++i) put("0");
-    while (k) {
-      const char c[1] = {d[--k]};
-      put(std::string_view(c, 1));
-    }
-    return *this;
-  }
+  line_buffer& num(std::uint64_t v, int width = 0) noexcept;
   line_buffer& snum(std::int64_t v) noexcept {
     if (v < 0) return put("-").num(static_cast<std::uint64_t>(-v));
     return num(static_cast<std::uint64_t>(v));
   }
-  void write_line(int fd) noexcept {
-    b[n++] = '\n';
-    for (std::size_t off = 0; off < n;) {
-      const ssize_t k = ::write(fd, b + off, n - off);
-      if (k <= 0) break;
-      off += static_cast<std::size_t>(k);
-    }
-    n = 0;
-  }
+  void write_line(int fd) noexcept;
 };
 
 /// Writes `slot`'s last `max` records (oldest first) to `fd`, one line each.
-TUTTI_COLD inline void print_flight_slot(const flight_slot& slot, std::size_t max, int fd, const char* why) noexcept {
-  const std::uint64_t total = slot.next.load(std::memory_order_acquire);
-  const std::uint64_t shown = std::min<std::uint64_t>({total, max, flight_capacity});
-  const std::int64_t now = realtime_ns();
-  line_buffer l;
-  l.put("[tutti rank ").num(static_cast<std::uint64_t>(slot.rank)).put("] flight recorder (").put(why)
-      .put("): communicator ").num(slot.context).put(", rank ").num(static_cast<std::uint64_t>(slot.rank))
-      .put(" of ").num(static_cast<std::uint64_t>(slot.size)).put(", last ").num(shown).put(" of ").num(total)
-      .put(" operations");
-  l.write_line(fd);
-  for (std::uint64_t i = total - shown; i < total; ++i) {
-    const flight_entry& e = slot.ring[i % flight_capacity];
-    const std::uint32_t v0 = e.version.load(std::memory_order_acquire);
-    flight_record r;
-    std::memcpy(static_cast<void*>(&r), &e.r, sizeof r);
-    std::atomic_thread_fence(std::memory_order_acquire);
-    l.put("[tutti rank ").num(static_cast<std::uint64_t>(slot.rank)).put("]   ");
-    if ((v0 & 1u) || e.version.load(std::memory_order_relaxed) != v0 || r.state == flight_state::empty) {
-      l.put("(being written)");
-      l.write_line(fd);
-      continue;
-    }
-    const fingerprint& f = r.fp;
-    l.put(collective_name(f.coll)).put("(").put(std::string_view(r.algorithm, strnlen(r.algorithm, sizeof r.algorithm)))
-        .put(")");
-    if (f.coll != collective::send_recv) l.put(" #").num(f.seq);
-    // A uniform collective with counts in `shape` is a fused batch (communicator::fuse).
-    const bool fused = f.shape && info(f.coll).counts != counts_kind::per_rank;
-    l.put(fused ? " fused count=" : " count=").num(f.count).put(" dtype=");
-    if (const char* dn = builtin_dtype_name(f.dtype)) l.put(dn);
-    else l.put("user(").num(f.elem_size).put(" bytes)");
-    if (f.op) l.put(" op=").put(op_name(f.op));
-    if (f.root >= 0) l.put(f.coll == collective::send_recv ? " tag=" : " root=").snum(f.root);
-    const std::int64_t s = r.start_ns / 1000000000, us = (r.start_ns % 1000000000) / 1000;
-    l.put("  started ").num(static_cast<std::uint64_t>((s / 3600) % 24), 2).put(":")
-        .num(static_cast<std::uint64_t>((s / 60) % 60), 2).put(":").num(static_cast<std::uint64_t>(s % 60), 2)
-        .put(".").num(static_cast<std::uint64_t>(us), 6).put(" UTC");
-    if (r.state == flight_state::running)
-      l.put(", still running after ").snum((now - r.start_ns) / 1000000).put(" ms");
-    else
-      l.put(r.state == flight_state::done ? ", done in " : ", FAILED after ").snum((r.end_ns - r.start_ns) / 1000)
-          .put(" us");
-    l.write_line(fd);
-  }
-  if (const std::uint64_t w = slot.waiting.load(std::memory_order_relaxed)) {
-    l.put("[tutti rank ").num(static_cast<std::uint64_t>(slot.rank)).put("]   and ").num(w)
-        .put(w == 1 ? " posted operation" : " posted operations").put(" waiting to start");
-    l.write_line(fd);
-  }
-}
+void print_flight_slot(const flight_slot& slot, std::size_t max, int fd, const char* why) noexcept;
 
-inline void flight_signal_handler(int) noexcept {
-  const int saved = errno;
-  for (const flight_slot& s : flight_table)
-    if (s.used.load(std::memory_order_acquire)) print_flight_slot(s, flight_capacity, STDERR_FILENO, "SIGUSR1");
-  errno = saved;
-}
+TUTTI_DECL void flight_signal_handler(int) noexcept;
 
 /// `TUTTI_FLIGHT_RECORDER`, read once: records printed on failure (0: off, and no SIGUSR1).
-TUTTI_COLD inline std::size_t flight_print_count() {
-  static const std::size_t n = [] {
-    const char* v = std::getenv("TUTTI_FLIGHT_RECORDER");
-    if (!v || !*v) return std::size_t{8};
-    char* end = nullptr;
-    const unsigned long k = std::strtoul(v, &end, 10);
-    if (*end != '\0' || v[0] == '-')
-      throw config_error(std::string("TUTTI_FLIGHT_RECORDER='") + v +
-                         "': expected how many operations to print on failure, like 8 (0: off)");
-    return static_cast<std::size_t>(k);
-  }();
-  return n;
-}
+std::size_t flight_print_count();
 
-TUTTI_COLD inline void install_flight_signal_handler() {
-  static const bool installed = [] {
-    struct sigaction old {};
-    if (::sigaction(SIGUSR1, nullptr, &old) != 0 || old.sa_handler != SIG_DFL ||
-        (old.sa_flags & SA_SIGINFO))
-      return false;
-    struct sigaction sa {};
-    sa.sa_handler = flight_signal_handler;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    return ::sigaction(SIGUSR1, &sa, nullptr) == 0;
-  }();
-  (void)installed;
-}
+void install_flight_signal_handler();
 
 /// One communicator's slot; move-only. Without a free slot it records nothing.
 class flight_recorder {
  public:
   flight_recorder() = default;
-  flight_recorder(int rank, int size, std::uint64_t context) {
-    if (flight_print_count() == 0) return;
-    for (flight_slot& s : flight_table) {
-      bool expected = false;
-      if (!s.used.load(std::memory_order_relaxed) &&
-          s.used.compare_exchange_strong(expected, true, std::memory_order_acq_rel)) {
-        s.rank = rank;
-        s.size = size;
-        s.context = context;
-        s.next.store(0, std::memory_order_release);
-        s.waiting.store(0, std::memory_order_release);
-        slot_ = &s;
-        break;
-      }
-    }
-    install_flight_signal_handler();
-  }
+  flight_recorder(int rank, int size, std::uint64_t context);
   flight_recorder(flight_recorder&& o) noexcept : slot_(std::exchange(o.slot_, nullptr)) {}
-  flight_recorder& operator=(flight_recorder&& o) noexcept {
-    if (this != &o) {
-      release();
-      slot_ = std::exchange(o.slot_, nullptr);
-    }
-    return *this;
-  }
+  flight_recorder& operator=(flight_recorder&& o) noexcept;
   ~flight_recorder() { release(); }
 
   /// The count of posted operations not yet started, which the progress engine keeps (null
@@ -235,46 +104,13 @@ class flight_recorder {
   std::atomic<std::uint64_t>* waiting() noexcept { return slot_ ? &slot_->waiting : nullptr; }
 
   /// Records the start of an operation; returns its index for `end`.
-  std::uint64_t begin(const fingerprint& fp, std::string_view algorithm) noexcept {
-    if (!slot_) return 0;
-    const std::uint64_t i = slot_->next.load(std::memory_order_relaxed);
-    write(i, [&](flight_record& r) {
-      r.fp = fp;
-      const std::size_t n = std::min(algorithm.size(), sizeof r.algorithm - 1);
-      std::memcpy(r.algorithm, algorithm.data(), n);
-      r.algorithm[n] = '\0';
-      r.start_ns = realtime_ns();
-      r.end_ns = 0;
-      r.state = flight_state::running;
-    });
-    slot_->next.store(i + 1, std::memory_order_release);
-    return i;
-  }
+  std::uint64_t begin(const fingerprint& fp, std::string_view algorithm) noexcept;
   /// Marks record `i` done or failed; a record already ended stays as it is.
-  void end(std::uint64_t i, bool ok) noexcept {
-    if (!slot_ || slot_->ring[i % flight_capacity].r.state != flight_state::running) return;
-    write(i, [&](flight_record& r) {
-      r.end_ns = realtime_ns();
-      r.state = ok ? flight_state::done : flight_state::failed;
-    });
-  }
+  void end(std::uint64_t i, bool ok) noexcept;
   /// Prints the last `max` records to stderr (a failure's default: `TUTTI_FLIGHT_RECORDER`).
-  TUTTI_COLD void print(const char* why, std::size_t max = flight_print_count()) const noexcept {
-    if (slot_ && max) print_flight_slot(*slot_, max, STDERR_FILENO, why);
-  }
+  void print(const char* why, std::size_t max = flight_print_count()) const noexcept;
   /// The last `max` records as print() writes them, for programs that log elsewhere.
-  TUTTI_COLD std::string text(std::size_t max = flight_capacity) const {
-    if (!slot_) return {};
-    int fds[2];
-    if (::pipe(fds) != 0) return {};
-    print_flight_slot(*slot_, max, fds[1], "requested");  // at most 65 short lines: fits a pipe
-    ::close(fds[1]);
-    std::string out;
-    char buf[4096];
-    for (ssize_t k; (k = ::read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(k));
-    ::close(fds[0]);
-    return out;
-  }
+  std::string text(std::size_t max = flight_capacity) const;
   bool active() const noexcept { return slot_ != nullptr; }
 
  private:
@@ -295,3 +131,7 @@ class flight_recorder {
 };
 
 }  // namespace tutti::detail
+
+#if defined(TUTTI_DEFINITIONS)
+#include "tutti/detail/flight_recorder.ipp"
+#endif

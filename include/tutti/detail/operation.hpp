@@ -7,13 +7,13 @@
 #pragma once
 
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <functional>
 #include <mutex>
-#include <thread>
+
+#include "tutti/detail/attributes.hpp"
 
 namespace tutti::detail {
 
@@ -39,39 +39,20 @@ struct completion_signal {
     static completion_signal s;
     return s;
   }
-  void notify() {
-    if (waiters.load(std::memory_order_seq_cst) == 0) return;
-    {
-      std::lock_guard lk(mu);
-      ++epoch;
-    }
-    cv.notify_all();
-  }
+  void notify();
 };
 
 /// Marks `s` complete; wakes its waiter (`await`) and, unless `quiet` (the caller notifies the
 /// completion signal once for many), the `wait_any`s.
-inline void complete(operation_state& s, std::exception_ptr e, bool quiet = false) {
-  s.error = std::move(e);
-  s.done.store(true, std::memory_order_seq_cst);
-  s.done.notify_all();
-  if (!quiet) completion_signal::get().notify();
-}
+TUTTI_DECL void complete(operation_state& s, std::exception_ptr e, bool quiet = false);
 
 /// Waits until `s` is done: a futex on its flag (no spinning, no shared lock), or, for an
 /// operation that completes when polled, polling it (spinning briefly, then yielding, then
 /// sleeping 20 µs between polls).
-inline void await(operation_state& s) {
-  if (s.poll) {
-    for (int i = 0; !s.done.load(std::memory_order_acquire); ++i) {
-      s.poll(s);
-      if (s.done.load(std::memory_order_acquire)) break;
-      if (i > 2000) std::this_thread::sleep_for(std::chrono::microseconds(20));
-      else if (i > 200) std::this_thread::yield();
-    }
-    return;
-  }
-  while (!s.done.load(std::memory_order_acquire)) s.done.wait(false, std::memory_order_acquire);
-}
+TUTTI_DECL void await(operation_state& s);
 
 }  // namespace tutti::detail
+
+#if defined(TUTTI_DEFINITIONS)
+#include "tutti/detail/operation.ipp"
+#endif

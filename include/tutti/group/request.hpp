@@ -15,7 +15,6 @@
 #pragma once
 
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -29,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "tutti/detail/attributes.hpp"
 #include "tutti/core/error.hpp"
 #include "tutti/detail/operation.hpp"
 
@@ -50,32 +50,14 @@ class progress_engine {
 
   /// `waiting` (may be null; static storage, as the flight recorder's): posted requests not yet
   /// started, for the flight recorder to print.
-  explicit progress_engine(std::atomic<std::uint64_t>* waiting = nullptr) : waiting_(waiting), worker_([this] { loop(); }) {}
+  explicit progress_engine(std::atomic<std::uint64_t>* waiting = nullptr);
   progress_engine(const progress_engine&) = delete;
   progress_engine& operator=(const progress_engine&) = delete;
   /// Finishes what is posted, then stops the thread.
-  ~progress_engine() {
-    {
-      std::lock_guard lk(mu_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    worker_.join();
-  }
+  ~progress_engine();
 
   /// Queues `t`; returns its state.
-  std::shared_ptr<operation_state> post(std::unique_ptr<task> t) {
-    auto s = t->state;
-    const std::size_t requests = t->members.empty() ? 1 : t->members.size();
-    {
-      std::lock_guard lk(mu_);
-      queue_.push_back(std::move(t));
-      pending_.fetch_add(requests, std::memory_order_release);
-      if (waiting_) waiting_->fetch_add(requests, std::memory_order_relaxed);
-    }
-    cv_.notify_all();
-    return s;
-  }
+  std::shared_ptr<operation_state> post(std::unique_ptr<task> t);
 
   /// Whether every posted operation has completed.
   bool idle() const noexcept { return pending_.load(std::memory_order_acquire) == 0; }
@@ -85,59 +67,10 @@ class progress_engine {
   std::size_t pending() const noexcept { return pending_.load(std::memory_order_acquire); }
 
   /// Waits until every posted operation has completed.
-  void drain() {
-    if (idle() || on_engine()) return;
-    std::unique_lock lk(mu_);
-    drained_.wait(lk, [&] { return pending_.load(std::memory_order_acquire) == 0; });
-  }
+  void drain();
 
  private:
-  void loop() {
-    std::unique_lock lk(mu_);
-    while (true) {
-      cv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, nothing left
-      std::unique_ptr<task> t = std::move(queue_.front());
-      queue_.pop_front();
-      const std::size_t requests = t->members.empty() ? 1 : t->members.size();
-      if (waiting_) waiting_->fetch_sub(requests, std::memory_order_relaxed);
-      // The operations already posted when one fails (other than with a usage error) fail with
-      // its error: a lost peer is lost to all of them. Later ones run, and fail as aborted.
-      std::exception_ptr e;
-      if (inherit_ > 0) {
-        --inherit_;
-        e = failed_;
-      }
-      lk.unlock();
-      if (!e) {
-        try {
-          t->run();
-        } catch (const usage_error&) {
-          e = std::current_exception();
-        } catch (...) {
-          e = std::current_exception();
-          lk.lock();
-          failed_ = e;
-          inherit_ = queue_.size();
-          lk.unlock();
-        }
-      }
-      auto state = t->state;
-      auto members = std::move(t->members);
-      t.reset();  // the task's captures go before its request sees it complete
-      lk.lock();
-      // Uncounted before it completes: whoever sees it complete sees it no longer pending, and
-      // a drain returns only once its request is complete.
-      const bool last = pending_.fetch_sub(requests, std::memory_order_acq_rel) == requests;
-      if (members.empty()) {
-        complete(*state, std::move(e));
-      } else {
-        for (auto& m : members) complete(*m, e, /*quiet=*/true);
-        completion_signal::get().notify();
-      }
-      if (last) drained_.notify_all();
-    }
-  }
+  void loop();
 
   std::mutex mu_;
   std::condition_variable cv_, drained_;
@@ -170,33 +103,17 @@ class [[nodiscard]] request {
   request() = default;
   explicit request(std::shared_ptr<detail::operation_state> s) noexcept : s_(std::move(s)) {}
   request(request&&) noexcept = default;
-  request& operator=(request&& o) noexcept {
-    if (this != &o) {
-      settle();
-      s_ = std::move(o.s_);
-    }
-    return *this;
-  }
+  request& operator=(request&& o) noexcept;
   ~request() { settle(); }
 
   /// Returns when the operation is complete; rethrows what it failed with (`mismatch_error`,
   /// `timeout_error`, `peer_lost`, `error` with `errc::aborted`, `usage_error`: what the
   /// blocking call would have thrown). The request is empty afterwards.
-  void wait() {
-    if (!s_) return;
-    detail::await(*s_);
-    finish();
-  }
+  void wait();
 
   /// Whether the operation is complete (then as `wait()`: rethrows its error, and the request
   /// is empty). Never blocks.
-  bool test() {
-    if (!s_) return true;
-    if (!s_->done.load(std::memory_order_acquire) && s_->poll) s_->poll(*s_);
-    if (!s_->done.load(std::memory_order_acquire)) return false;
-    finish();
-    return true;
-  }
+  bool test();
 
   /// Whether this request has an operation not yet waited on.
   bool active() const noexcept { return s_ != nullptr; }
@@ -216,17 +133,7 @@ class [[nodiscard]] request {
 
 /// Waits for every request; then rethrows the first error among them (in order), so that none
 /// is left pending when it throws.
-inline void wait_all(std::span<request> rs) {
-  std::exception_ptr first;
-  for (auto& r : rs) {
-    try {
-      r.wait();
-    } catch (...) {
-      if (!first) first = std::current_exception();
-    }
-  }
-  if (first) std::rethrow_exception(first);
-}
+TUTTI_DECL void wait_all(std::span<request> rs);
 /// `wait_all(r1, r2, ...)`.
 template <class... R>
   requires(std::is_same_v<std::remove_cvref_t<R>, request> && ...)
@@ -245,42 +152,10 @@ void wait_all(R&... rs) {
 
 /// Waits until one of the active requests completes; returns its index (and, as `wait()`,
 /// rethrows its error; it is empty afterwards). Returns `rs.size()` when none is active.
-inline std::size_t wait_any(std::span<request> rs) {
-  auto& sig = detail::completion_signal::get();
-  while (true) {
-    bool any = false;
-    for (std::size_t i = 0; i < rs.size(); ++i) {
-      if (!rs[i].s_) continue;
-      any = true;
-      if (rs[i].s_->done.load(std::memory_order_acquire)) {
-        rs[i].finish();
-        return i;
-      }
-    }
-    if (!any) return rs.size();
-    // Operations that complete only when polled (device work on a stream): poll them, and
-    // look again shortly instead of sleeping until a completion is signalled.
-    bool polled = false;
-    for (auto& r : rs) {
-      if (!r.s_ || !r.s_->poll) continue;
-      polled = true;
-      if (!r.s_->done.load(std::memory_order_acquire)) r.s_->poll(*r.s_);
-    }
-    if (polled) {
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-      continue;
-    }
-    sig.waiters.fetch_add(1, std::memory_order_seq_cst);
-    {
-      std::unique_lock lk(sig.mu);
-      const auto seen = sig.epoch;
-      // Look again now that completions notify: one between the scan and here is seen here.
-      bool ready = false;
-      for (auto& r : rs) ready = ready || (r.s_ && r.s_->done.load(std::memory_order_seq_cst));
-      if (!ready) sig.cv.wait(lk, [&] { return sig.epoch != seen; });
-    }
-    sig.waiters.fetch_sub(1, std::memory_order_seq_cst);
-  }
-}
+TUTTI_DECL std::size_t wait_any(std::span<request> rs);
 
 }  // namespace tutti
+
+#if defined(TUTTI_DEFINITIONS)
+#include "tutti/group/request.ipp"
+#endif

@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "tutti/detail/attributes.hpp"
 #include "tutti/core/error.hpp"
 #include "tutti/core/fingerprint.hpp"
 #include "tutti/core/launch.hpp"
@@ -68,10 +69,7 @@ struct blocked {
 
 /// What the threads of one `inproc::run` share.
 struct world {
-  explicit world(int n)
-      : size(n), boxes(static_cast<std::size_t>(n)), waiting(static_cast<std::size_t>(n)),
-        state(static_cast<std::size_t>(n), rank_state::running), failure(static_cast<std::size_t>(n)),
-        note(static_cast<std::size_t>(n)), errors(static_cast<std::size_t>(n)) {}
+  explicit world(int n);
 
   const int size;
   std::mutex mu;
@@ -92,47 +90,15 @@ struct world {
   int first_failed = -1;                   // the rank that failed first: the run's error is its
 
   /// The exception of the rank that failed first (its peers' failures follow from it), or null.
-  std::exception_ptr first_error() const {
-    if (first_failed >= 0 && errors[static_cast<std::size_t>(first_failed)]) return errors[static_cast<std::size_t>(first_failed)];
-    for (const auto& e : errors)
-      if (e) return e;
-    return nullptr;
-  }
+  std::exception_ptr first_error() const;
 
   void notify_all() {
     for (auto& b : boxes) b.cv.notify_all();
   }
   /// Marks `rank` failed with `why` (its communicator failed) and wakes every waiter.
-  void fail(int rank, std::string why) {
-    std::lock_guard lk(mu);
-    if (state[static_cast<std::size_t>(rank)] == rank_state::running) {
-      state[static_cast<std::size_t>(rank)] = rank_state::failed;
-      failure[static_cast<std::size_t>(rank)] = std::move(why);
-      if (first_failed < 0) first_failed = rank;
-    }
-    notify_all();
-  }
+  void fail(int rank, std::string why);
   /// Marks `rank` finished (failed when `error` is set) and wakes every waiter.
-  void finish(int rank, std::exception_ptr error) {
-    std::lock_guard lk(mu);
-    if (error) {
-      errors[static_cast<std::size_t>(rank)] = error;
-      if (first_failed < 0) first_failed = rank;
-      if (state[static_cast<std::size_t>(rank)] != rank_state::failed) {
-        state[static_cast<std::size_t>(rank)] = rank_state::failed;
-        try {
-          std::rethrow_exception(error);
-        } catch (const std::exception& e) {
-          failure[static_cast<std::size_t>(rank)] = e.what();
-        } catch (...) {
-          failure[static_cast<std::size_t>(rank)] = "unknown exception";
-        }
-      }
-    } else if (state[static_cast<std::size_t>(rank)] == rank_state::running) {
-      state[static_cast<std::size_t>(rank)] = rank_state::returned;
-    }
-    notify_all();
-  }
+  void finish(int rank, std::exception_ptr error);
 };
 
 }  // namespace detail::inproc_impl
@@ -170,19 +136,9 @@ class inproc {
   int size() const noexcept { return group_.size(); }
 
   /// The transport of a sub-group: `members` are ranks of this group, in the new rank order.
-  inproc sub(std::span<const int> members, std::uint64_t context) const {
-    inproc t = *this;
-    t.group_ = group_.sub(members, context);
-    t.entry_ = nullptr;
-    return t;
-  }
+  inproc sub(std::span<const int> members, std::uint64_t context) const;
 
-  void send(int peer, const header& h, const std::byte* data, const wait_context& w) {
-    envelope e = make_envelope(h, data);
-    std::unique_lock lk(world_->mu);
-    post(peer, e);
-    await_delivery(lk, peer, e, w);
-  }
+  void send(int peer, const header& h, const std::byte* data, const wait_context& w);
 
   void recv(int peer, const header& h, std::byte* data, const wait_context& w) {
     copy_to c{data};
@@ -201,35 +157,13 @@ class inproc {
   }
 
   void sendrecv_with(int to, const header& hs, const std::byte* sdata, int from, const header& hr,
-                     byte_consumer consume, const wait_context& w) {
-    envelope e = make_envelope(hs, sdata);
-    std::unique_lock lk(world_->mu);
-    post(to, e);
-    try {
-      receive(lk, from, hr, consume, w);
-    } catch (...) {
-      withdraw(lk, to, e);
-      throw;
-    }
-    await_delivery(lk, to, e, w);
-  }
+                     byte_consumer consume, const wait_context& w);
 
   /// Marks this rank failed, so its peers raise `peer_lost` with `what` at once.
-  void fail(std::string_view what) noexcept {
-    try {
-      world_->fail(group_.world_rank(), std::string(what));
-    } catch (...) {
-    }
-  }
+  void fail(std::string_view what) noexcept;
 
   /// Leaves `what` as this rank's last words (empty: none), quoted by peers that find it gone.
-  void note(std::string_view what) noexcept {
-    try {
-      std::lock_guard lk(world_->mu);
-      world_->note[static_cast<std::size_t>(group_.world_rank())] = std::string(what);
-    } catch (...) {
-    }
-  }
+  void note(std::string_view what) noexcept;
 
  private:
   using envelope = detail::inproc_impl::envelope;
@@ -245,14 +179,7 @@ class inproc {
   int world_rank(int r) const { return group_.world(r); }
   detail::inproc_impl::mailbox& my_box() const { return world_->boxes[static_cast<std::size_t>(group_.world_rank())]; }
 
-  envelope make_envelope(const header& h, const std::byte* data) const {
-    envelope e;
-    e.src = group_.world_rank();
-    e.h = h;
-    e.h.fp.context = group_.context();
-    e.data = data;
-    return e;
-  }
+  envelope make_envelope(const header& h, const std::byte* data) const;
 
   void post(int peer, envelope& e) {
     auto& box = world_->boxes[static_cast<std::size_t>(world_rank(peer))];
@@ -267,68 +194,12 @@ class inproc {
   }
 
   void receive(std::unique_lock<std::mutex>& lk, int peer, const header& h0, byte_consumer consume,
-               const wait_context& w) {
-    header h = h0;
-    h.fp.context = group_.context();
-    const int src = world_rank(peer);
-    auto& q = my_box().q;
-    envelope* e = nullptr;
-    wait(lk, peer, h, w, "to receive from", nullptr, [&] {
-      for (auto it = q.begin(); it != q.end(); ++it)
-        if ((*it)->src == src && same_channel((*it)->h, h)) {
-          e = *it;
-          q.erase(it);
-          return true;
-        }
-      return false;
-    });
-    try {
-      toolkit::check_header(h, rank(), e->h, peer, w.algorithm);
-    } catch (const std::exception& ex) {
-      e->st = state::rejected;
-      e->reason = ex.what();
-      world_->boxes[static_cast<std::size_t>(src)].cv.notify_all();
-      throw;
-    }
-    e->st = state::taken;
-    lk.unlock();
-    try {
-      consume(e->data, 0, e->h.bytes);  // the sender is parked until we mark it done
-    } catch (const std::exception& ex) {  // e.g. a user op that throws: release the sender
-      lk.lock();
-      e->st = state::rejected;
-      e->reason = toolkit::where(h, w.algorithm) + ": " + group_.name(rank()) + " failed while taking " +
-                  group_.name(peer) + "'s message: " + ex.what();
-      world_->boxes[static_cast<std::size_t>(src)].cv.notify_all();
-      throw;
-    }
-    lk.lock();
-    e->st = state::done;
-    world_->boxes[static_cast<std::size_t>(src)].cv.notify_all();
-  }
+               const wait_context& w);
 
-  void await_delivery(std::unique_lock<std::mutex>& lk, int peer, envelope& e, const wait_context& w) {
-    try {
-      wait(lk, peer, e.h, w, "to take delivery from", &e, [&] { return e.st == state::done || e.st == state::rejected; });
-    } catch (...) {
-      withdraw(lk, peer, e);
-      throw;
-    }
-    if (e.st == state::rejected) {
-      if (e.reason.find("failed while taking") != std::string::npos) throw peer_lost(e.reason);
-      throw mismatch_error(e.reason);
-    }
-  }
+  void await_delivery(std::unique_lock<std::mutex>& lk, int peer, envelope& e, const wait_context& w);
 
   /// Takes back an envelope we are about to abandon; waits out a receiver that is mid-copy.
-  void withdraw(std::unique_lock<std::mutex>& lk, int peer, envelope& e) {
-    auto& q = world_->boxes[static_cast<std::size_t>(world_rank(peer))].q;
-    if (e.st == state::posted) {
-      q.erase(std::remove(q.begin(), q.end(), &e), q.end());
-      return;
-    }
-    my_box().cv.wait(lk, [&] { return e.st != state::taken; });
-  }
+  void withdraw(std::unique_lock<std::mutex>& lk, int peer, envelope& e);
 
   /// Waits (toolkit::wait_until, under the world's lock) until `ready()`, failing fast on a lost
   /// peer, a visible mismatch or a cycle of sends, and at the deadline with a `timeout_error`
@@ -380,65 +251,14 @@ class inproc {
     return n.empty() ? std::string() : " (its last words: " + n + ")";
   }
 
-  void check_peer(int peer, const header& h, const wait_context& w) const {
-    const auto wr = static_cast<std::size_t>(world_rank(peer));
-    using rs = detail::inproc_impl::rank_state;
-    if (world_->state[wr] == rs::failed)
-      throw peer_lost(toolkit::peer_failed_text(h, w.algorithm, group_.name(peer), group_.name(rank()), world_->failure[wr]));
-    if (world_->state[wr] == rs::returned)
-      throw peer_lost(toolkit::where(h, w.algorithm) + ": " + group_.name(peer) + " returned from its function while " +
-                      group_.name(rank()) + " still waited for it (did it skip this call?)" + last_words_of(static_cast<int>(wr)));
-    // Sends are rendezvous, so a peer that must exchange a message with us in this call cannot
-    // be blocked in a later one: if it is, the ranks disagree.
-    const auto* theirs = blocked_in(static_cast<int>(wr));
-    fingerprint mine = h.fp;
-    mine.context = group_.context();
-    if (theirs && toolkit::left_behind(mine, theirs->fp))
-      toolkit::throw_left_behind(h, w.algorithm, mine, rank(), theirs->fp, peer);
-  }
+  void check_peer(int peer, const header& h, const wait_context& w) const;
 
-  void check_mailbox(const header& h, const wait_context& w) {
-    if (h.fp.coll == collective::send_recv) return;
-    for (envelope* e : my_box().q) {
-      const fingerprint& f = e->h.fp;
-      if (f.context != group_.context() || f.coll == collective::send_recv) continue;
-      if (f.seq < h.fp.seq || (f.seq == h.fp.seq && f != h.fp)) {
-        const int peer = group_.local(e->src);
-        const std::string what = toolkit::where(h, w.algorithm) + ": " + detail::describe_difference(h.fp, rank(), f, peer);
-        e->st = state::rejected;
-        e->reason = what;
-        auto& q = my_box().q;
-        q.erase(std::remove(q.begin(), q.end(), e), q.end());
-        world_->boxes[static_cast<std::size_t>(e->src)].cv.notify_all();
-        throw mismatch_error(what);
-      }
-    }
-  }
+  void check_mailbox(const header& h, const wait_context& w);
 
   /// A cycle of ranks each in a send's rendezvous with the next (rank 0 sends to 1, which sends
   /// to 0, and neither receives): nobody can ever take delivery. The world's lock makes what we
   /// see of the others consistent.
-  void check_cycle(const header& h, const wait_context& w) const {
-    const int me = group_.world_rank();
-    const auto* mine = blocked_in(me);
-    auto stuck = [](const detail::inproc_impl::blocked* b) {
-      return b && b->sending && b->sending->st == state::posted;  // nobody has taken its envelope
-    };
-    if (!stuck(mine)) return;
-    std::string chain;
-    std::vector<bool> seen(static_cast<std::size_t>(world_->size));
-    for (int r = mine->peer; r >= 0 && !seen[static_cast<std::size_t>(r)];) {
-      seen[static_cast<std::size_t>(r)] = true;
-      const auto* b = blocked_in(r);
-      if (!stuck(b)) return;  // it receives, runs, or its receiver has its message: the chain may move
-      chain += ", " + group_.world_name(r) + " waits to send to " + group_.world_name(b->peer);
-      if (b->peer == me)
-        throw mismatch_error(toolkit::where(h, w.algorithm) + ": the ranks wait for each other in a cycle of sends, which "
-                             "no receive breaks: " + group_.name(rank()) + " waits to send to " +
-                             group_.world_name(mine->peer) + chain + " (every one sends before it receives)");
-      r = b->peer;
-    }
-  }
+  void check_cycle(const header& h, const wait_context& w) const;
 
   /// What world rank `wr` is blocked in on this communicator (its context), or null.
   const detail::inproc_impl::blocked* blocked_in(int wr) const {
@@ -455,3 +275,7 @@ class inproc {
 static_assert(transport<inproc> && zero_copy_recv<inproc> && failure_notices<inproc> && last_words<inproc>);
 
 }  // namespace tutti
+
+#if defined(TUTTI_DEFINITIONS)
+#include "tutti/transport/inproc.ipp"
+#endif

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "tutti/detail/attributes.hpp"
+
 namespace tutti::toolkit {
 
 class group_map {
@@ -37,36 +39,15 @@ class group_map {
 
   /// The map of a sub-group: `picked` are ranks of this group, in the new rank order. This rank's
   /// place in it is -1 when it is not picked (the communicator makes sub-groups of members only).
-  group_map sub(std::span<const int> picked, std::uint64_t context) const {
-    group_map g;
-    g.context_ = context;
-    g.rank_ = -1;
-    for (int m : picked) {
-      if (m == rank_) g.rank_ = static_cast<int>(g.members_.size());
-      g.members_.push_back(world(m));
-    }
-    return g;
-  }
+  group_map sub(std::span<const int> picked, std::uint64_t context) const;
 
   /// The same group over links of its own (a transport that gives a group its own segment or
   /// connections): ranks 0..size()-1 index those links (`world(r)` is r), while the names still
   /// say each rank's world rank.
-  group_map own_links() const {
-    group_map g = *this;
-    g.named_.resize(members_.size());
-    for (std::size_t i = 0; i < members_.size(); ++i) {
-      g.named_[i] = world_of(static_cast<int>(i));
-      g.members_[i] = static_cast<int>(i);
-    }
-    return g;
-  }
+  group_map own_links() const;
 
   /// "rank 2", and in a sub-group "rank 2 (world rank 5)".
-  std::string name(int r) const {
-    std::string s = "rank " + std::to_string(r);
-    if (context_ != 0) s += " (world rank " + std::to_string(world_of(r)) + ")";
-    return s;
-  }
+  std::string name(int r) const;
   /// World rank `w` as this group names it: "rank i" if a member, else "world rank w".
   std::string world_name(int w) const {
     const int l = local(w);
@@ -84,3 +65,7 @@ class group_map {
 };
 
 }  // namespace tutti::toolkit
+
+#if defined(TUTTI_DEFINITIONS)
+#include "tutti/transport/toolkit/group_map.ipp"
+#endif

@@ -15,6 +15,7 @@
 #include <thread>
 #include <type_traits>
 
+#include "tutti/detail/attributes.hpp"
 #include "tutti/core/error.hpp"
 #include "tutti/core/fingerprint.hpp"
 #include "tutti/detail/futex.hpp"
@@ -36,12 +37,7 @@ struct wait_subject {
 };
 
 /// Raises `errc::aborted` if `w`'s communicator was aborted.
-inline void check_aborted(const wait_context& w, const wait_subject& s) {
-  if (w.aborted && w.aborted->load(std::memory_order_acquire))
-    throw error(errc::aborted, where(s.h, w.algorithm) + ": rank " + std::to_string(s.me) + " stopped waiting " +
-                                   std::string(s.doing) + (s.peer >= 0 ? " rank " + std::to_string(s.peer) : std::string()) +
-                                   ": the communicator was aborted (communicator::abort)");
-}
+TUTTI_DECL void check_aborted(const wait_context& w, const wait_subject& s);
 
 /// How a wait spends the time before it sleeps.
 struct wait_policy {
@@ -117,3 +113,7 @@ void wait_until(const wait_context& w, const wait_subject& s, const wait_policy&
 }
 
 }  // namespace tutti::toolkit
+
+#if defined(TUTTI_DEFINITIONS)
+#include "tutti/transport/toolkit/wait.ipp"
+#endif

@@ -12,8 +12,8 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 
+#include "tutti/detail/attributes.hpp"
 #include "tutti/core/fingerprint.hpp"
 
 namespace tutti::toolkit::wire {
@@ -32,47 +32,11 @@ enum class kind : std::uint32_t {
 };
 
 /// Writes `f` as 52 bytes at `out`.
-inline void encode(const fingerprint& f, std::byte* out) noexcept {
-  std::byte* p = out;
-  auto put = [&p](const auto& v) {
-    std::memcpy(p, &v, sizeof v);
-    p += sizeof v;
-  };
-  put(f.context);
-  put(f.seq);
-  put(f.count);
-  put(f.shape);
-  put(f.dtype);
-  put(f.op);
-  put(f.root);
-  put(f.algo);
-  put(f.coll);
-  put(f.elem_size);
-  put(f.reserved);
-}
+TUTTI_DECL void encode(const fingerprint& f, std::byte* out) noexcept;
 
 /// Reads what `encode` wrote. A collective id off the wire may be out of range: check it with
 /// `is_collective` before naming it.
-inline fingerprint decode(const std::byte* in) noexcept {
-  fingerprint f;
-  const std::byte* p = in;
-  auto get = [&p](auto& v) {
-    std::memcpy(&v, p, sizeof v);
-    p += sizeof v;
-  };
-  get(f.context);
-  get(f.seq);
-  get(f.count);
-  get(f.shape);
-  get(f.dtype);
-  get(f.op);
-  get(f.root);
-  get(f.algo);
-  get(f.coll);
-  get(f.elem_size);
-  get(f.reserved);
-  return f;
-}
+TUTTI_DECL fingerprint decode(const std::byte* in) noexcept;
 
 /// A frame as it travels: `magic`, then the fingerprint, then the byte count (64 bytes).
 struct frame {
@@ -80,13 +44,7 @@ struct frame {
   std::array<std::byte, fingerprint_bytes> fp{};
   std::uint64_t bytes = 0;
 
-  static frame of(kind k, const header& h) noexcept {
-    frame f;
-    f.magic = static_cast<std::uint32_t>(k);
-    encode(h.fp, f.fp.data());
-    f.bytes = h.bytes;
-    return f;
-  }
+  static frame of(kind k, const header& h) noexcept;
   header head() const noexcept { return {decode(fp.data()), bytes}; }
   bool is(kind k) const noexcept { return magic == static_cast<std::uint32_t>(k); }
 };
@@ -95,11 +53,11 @@ static_assert(sizeof(frame) == frame_bytes && alignof(frame) == 8);
 /// The fingerprint as whole 64-bit words (the last one zero-padded): for words that are stored
 /// and loaded one atomic at a time (shm's control blocks) or reduced (mpi's agreement).
 inline constexpr std::size_t fingerprint_words = (fingerprint_bytes + 7) / 8;
-inline std::array<std::uint64_t, fingerprint_words> to_words(const fingerprint& f) noexcept {
-  std::array<std::uint64_t, fingerprint_words> w{};
-  encode(f, reinterpret_cast<std::byte*>(w.data()));
-  return w;
-}
+TUTTI_DECL std::array<std::uint64_t, fingerprint_words> to_words(const fingerprint& f) noexcept;
 inline fingerprint from_words(const std::uint64_t* w) noexcept { return decode(reinterpret_cast<const std::byte*>(w)); }
 
 }  // namespace tutti::toolkit::wire
+
+#if defined(TUTTI_DEFINITIONS)
+#include "tutti/transport/toolkit/wire.ipp"
+#endif
