@@ -2,7 +2,7 @@
 /// The template instances tutti::compiled holds, in the separately compiled mode (`TUTTI_DECL` in
 /// tutti/detail/attributes.hpp): `communicator<inproc>`, `communicator<shm>` and `communicator<tcp>`
 /// (the last where tutti/transport/tcp.hpp is included), each with `algo::automatic`: their
-/// members, and every collective's run on erased elements of 1, 2, 4 and 8 bytes with every
+/// members, `algo::automatic`'s (the choice and its explanations), and every collective's run on erased elements of 1, 2, 4 and 8 bytes with every
 /// candidate schedule (`run_compiled`), so that any element type of those sizes and any op,
 /// built-in or the program's own, runs schedules compiled once. A program compiled with
 /// `TUTTI_SEPARATE_COMPILATION` sees them declared here (`extern template`) and compiles them not
@@ -25,6 +25,9 @@ inline constexpr bool compiled_transport<inproc> = true;
 template <>
 inline constexpr bool compiled_transport<shm> = true;
 }  // namespace detail
+// automatic's choice and its explanations (the members automatic_of defines out of its class).
+extern template struct algo::automatic_of<algo::ring, algo::tree, algo::recursive_doubling, algo::direct,
+                                          algo::shared_memory, algo::native>;
 extern template class communicator<inproc>;
 extern template class communicator<shm>;
 }  // namespace tutti

@@ -246,55 +246,7 @@ struct automatic_of {
 
   /// The candidate a call of `c` with `bytes` (its `size_basis`) runs, by the precedence at the
   /// top of this file; with `why`, says which step decided and why (the text of `explain`).
-  std::size_t choose(const plan& pl, collective c, std::size_t bytes, std::string* why = nullptr) const {
-    const auto ci = static_cast<std::size_t>(c);
-    for (const auto& r : pl.overrides.per_size[ci])
-      if (r.range.contains(bytes)) {
-        if (why) *why = "TUTTI_ALGO " + r.text;
-        return r.algorithm;
-      }
-    if (const auto& o = pl.overrides.per_collective[ci]) {
-      if (why)
-        *why = pl.overrides.explicit_collective[ci]
-                   ? "TUTTI_ALGO " + std::string(collective_name(c)) + "=" + std::string(names[*o])
-                   : "TUTTI_ALGO " + std::string(names[*o]);
-      return *o;
-    }
-    for (const auto& r : pl.tuned_rows[ci])
-      if (r.lo <= bytes && bytes <= r.hi) {
-        if (why) *why = tuned_reason(pl, *r.row);
-        return r.algorithm;
-      }
-    if (const auto n = index_of("native"); pl.native_first && n && pl.runs[*n][ci]) {
-      if (why) *why = "rule: the transport runs its own collectives on the device -> native";
-      return *n;
-    }
-    if (const auto w = index_of("shared_memory"); w && pl.runs[*w][ci]) {
-      if (why) *why = "rule: the transport has shared windows -> shared_memory";
-      return *w;
-    }
-    const std::string_view picked = rule(c, bytes, pl.p);
-    if (const auto i = index_of(picked); i && pl.runs[*i][ci] && !explicit_only[*i]) {
-      if (why) *why = "rule: " + rule_reason(c, bytes, pl.p);
-      return *i;
-    }
-    for (std::size_t i = 0; i < candidate_count; ++i)
-      if (pl.runs[i][ci] && !explicit_only[i]) {
-        if (why)
-          *why = (picked.empty() ? "no rule for " + std::string(collective_name(c))
-                                 : "rule: " + std::string(picked) + " is not a candidate here") +
-                 "; the first candidate with a " + std::string(collective_name(c)) + " schedule";
-        return i;
-      }
-    // Only explicit-only candidates run it: the first of them (the communicator allows the call
-    // only where some candidate has the schedule).
-    for (std::size_t i = 0; i < candidate_count; ++i)
-      if (pl.runs[i][ci]) {
-        if (why) *why = "the only candidate with a " + std::string(collective_name(c)) + " schedule here";
-        return i;
-      }
-    return 0;
-  }
+  std::size_t choose(const plan& pl, collective c, std::size_t bytes, std::string* why = nullptr) const;
 
   /// The α-β rule's pick by name (among the built-in algorithms; see the table above), or an
   /// empty name where the rule has nothing to say: every collective of the table is listed (no
@@ -328,50 +280,9 @@ struct automatic_of {
   }
 
   /// Why the rule picks what it picks (the thresholds in the table at the top of this file).
-  TUTTI_COLD std::string rule_reason(collective c, std::size_t bytes, int p) const {
-    const std::size_t total = bytes * static_cast<std::size_t>(p);
-    const bool pow2 = (p & (p - 1)) == 0;
-    const std::string to = " -> " + std::string(rule(c, bytes, p));
-    switch (c) {
-      case collective::all_reduce:
-        if (bytes < small_all_reduce_bytes) return "bytes < " + detail::size_text(small_all_reduce_bytes) + to;
-        return "bytes >= " + detail::size_text(small_all_reduce_bytes) + ", " + std::to_string(p) + " ranks " +
-               (pow2 ? "a power of two" : "not a power of two") + to;
-      case collective::broadcast:
-      case collective::reduce:
-      case collective::scan:
-      case collective::exscan:
-        if (p <= 2) return "2 ranks or fewer" + to;
-        return (bytes < pipeline_bytes ? "bytes < " : "bytes >= ") + detail::size_text(pipeline_bytes) + to;
-      case collective::gather:
-      case collective::scatter:
-      case collective::all_gather:
-      case collective::all_gather_v:
-        return (total < small_total_bytes ? "ranks x bytes < " : "ranks x bytes >= ") +
-               detail::size_text(small_total_bytes) + to;
-      case collective::all_to_all:
-      case collective::all_to_all_v:
-      case collective::gather_v:
-      case collective::scatter_v:
-      case collective::reduce_scatter:
-      case collective::reduce_scatter_v:
-      case collective::barrier: return "always" + to;
-      case collective::send_recv:
-      case collective::group: break;
-    }
-    return "no rule";
-  }
+  TUTTI_COLD std::string rule_reason(collective c, std::size_t bytes, int p) const;
 
-  static std::string tuned_reason(const plan& pl, const tuned::row& r) {
-    // the run, shortened to its first two fields ("tutti-bench --tune, <date>")
-    std::string src(pl.tuned_source);
-    if (const auto c1 = src.find(", "); c1 != std::string::npos)
-      if (const auto c2 = src.find(", ", c1 + 2); c2 != std::string::npos) src.resize(c2);
-    return "tuned table for " + std::string(pl.tuning_kind) + ", " +
-           (r.p_lo == r.p_hi ? std::to_string(r.p_lo) : std::to_string(r.p_lo) + ".." + std::to_string(r.p_hi)) +
-           " ranks, " + detail::range_text({static_cast<std::size_t>(r.lo), static_cast<std::size_t>(r.hi)}) +
-           (r.lo == 0 && r.hi == tuned::any ? "" : " bytes") + (src.empty() ? std::string() : " (" + src + ")");
-  }
+  TUTTI_COLD static std::string tuned_reason(const plan& pl, const tuned::row& r);
 
  private:
   template <std::size_t I, class F>
@@ -384,6 +295,107 @@ struct automatic_of {
     }
   }
 };
+
+// automatic_of's longer members, out of the class and not inline, so that tutti::compiled holds
+// them for `automatic` (tutti/compiled.hpp) and a separately compiled program compiles them not.
+
+template <class... Candidates>
+std::size_t automatic_of<Candidates...>::choose(const plan& pl, collective c, std::size_t bytes, std::string* why) const {
+  const auto ci = static_cast<std::size_t>(c);
+  for (const auto& r : pl.overrides.per_size[ci])
+    if (r.range.contains(bytes)) {
+      if (why) *why = "TUTTI_ALGO " + r.text;
+      return r.algorithm;
+    }
+  if (const auto& o = pl.overrides.per_collective[ci]) {
+    if (why)
+      *why = pl.overrides.explicit_collective[ci]
+                 ? "TUTTI_ALGO " + std::string(collective_name(c)) + "=" + std::string(names[*o])
+                 : "TUTTI_ALGO " + std::string(names[*o]);
+    return *o;
+  }
+  for (const auto& r : pl.tuned_rows[ci])
+    if (r.lo <= bytes && bytes <= r.hi) {
+      if (why) *why = tuned_reason(pl, *r.row);
+      return r.algorithm;
+    }
+  if (const auto n = index_of("native"); pl.native_first && n && pl.runs[*n][ci]) {
+    if (why) *why = "rule: the transport runs its own collectives on the device -> native";
+    return *n;
+  }
+  if (const auto w = index_of("shared_memory"); w && pl.runs[*w][ci]) {
+    if (why) *why = "rule: the transport has shared windows -> shared_memory";
+    return *w;
+  }
+  const std::string_view picked = rule(c, bytes, pl.p);
+  if (const auto i = index_of(picked); i && pl.runs[*i][ci] && !explicit_only[*i]) {
+    if (why) *why = "rule: " + rule_reason(c, bytes, pl.p);
+    return *i;
+  }
+  for (std::size_t i = 0; i < candidate_count; ++i)
+    if (pl.runs[i][ci] && !explicit_only[i]) {
+      if (why)
+        *why = (picked.empty() ? "no rule for " + std::string(collective_name(c))
+                               : "rule: " + std::string(picked) + " is not a candidate here") +
+               "; the first candidate with a " + std::string(collective_name(c)) + " schedule";
+      return i;
+    }
+  // Only explicit-only candidates run it: the first of them (the communicator allows the call
+  // only where some candidate has the schedule).
+  for (std::size_t i = 0; i < candidate_count; ++i)
+    if (pl.runs[i][ci]) {
+      if (why) *why = "the only candidate with a " + std::string(collective_name(c)) + " schedule here";
+      return i;
+    }
+  return 0;
+}
+
+template <class... Candidates>
+TUTTI_COLD std::string automatic_of<Candidates...>::rule_reason(collective c, std::size_t bytes, int p) const {
+  const std::size_t total = bytes * static_cast<std::size_t>(p);
+  const bool pow2 = (p & (p - 1)) == 0;
+  const std::string to = " -> " + std::string(rule(c, bytes, p));
+  switch (c) {
+    case collective::all_reduce:
+      if (bytes < small_all_reduce_bytes) return "bytes < " + detail::size_text(small_all_reduce_bytes) + to;
+      return "bytes >= " + detail::size_text(small_all_reduce_bytes) + ", " + std::to_string(p) + " ranks " +
+             (pow2 ? "a power of two" : "not a power of two") + to;
+    case collective::broadcast:
+    case collective::reduce:
+    case collective::scan:
+    case collective::exscan:
+      if (p <= 2) return "2 ranks or fewer" + to;
+      return (bytes < pipeline_bytes ? "bytes < " : "bytes >= ") + detail::size_text(pipeline_bytes) + to;
+    case collective::gather:
+    case collective::scatter:
+    case collective::all_gather:
+    case collective::all_gather_v:
+      return (total < small_total_bytes ? "ranks x bytes < " : "ranks x bytes >= ") +
+             detail::size_text(small_total_bytes) + to;
+    case collective::all_to_all:
+    case collective::all_to_all_v:
+    case collective::gather_v:
+    case collective::scatter_v:
+    case collective::reduce_scatter:
+    case collective::reduce_scatter_v:
+    case collective::barrier: return "always" + to;
+    case collective::send_recv:
+    case collective::group: break;
+  }
+  return "no rule";
+}
+
+template <class... Candidates>
+TUTTI_COLD std::string automatic_of<Candidates...>::tuned_reason(const plan& pl, const tuned::row& r) {
+  // the run, shortened to its first two fields ("tutti-bench --tune, <date>")
+  std::string src(pl.tuned_source);
+  if (const auto c1 = src.find(", "); c1 != std::string::npos)
+    if (const auto c2 = src.find(", ", c1 + 2); c2 != std::string::npos) src.resize(c2);
+  return "tuned table for " + std::string(pl.tuning_kind) + ", " +
+         (r.p_lo == r.p_hi ? std::to_string(r.p_lo) : std::to_string(r.p_lo) + ".." + std::to_string(r.p_hi)) +
+         " ranks, " + detail::range_text({static_cast<std::size_t>(r.lo), static_cast<std::size_t>(r.hi)}) +
+         (r.lo == 0 && r.hi == tuned::any ? "" : " bytes") + (src.empty() ? std::string() : " (" + src + ")");
+}
 
 /// The default: every algorithm tutti ships.
 using automatic = automatic_of<ring, tree, recursive_doubling, direct, shared_memory, native>;
