@@ -259,27 +259,41 @@ void communicator<Transport, Algorithm>::run_erased(const A& a, std::size_t cand
 }
 
 template <transport Transport, algorithm Algorithm>
-void communicator<Transport, Algorithm>::run_compiled(const Algorithm& a, collective c, std::size_t s,
+void communicator<Transport, Algorithm>::run_compiled(const algorithm_type& a, collective c, std::size_t s,
                                                       std::size_t candidate, fingerprint fp, const void* args) {
   bool ran = false;
-  if constexpr (std::is_same_v<memory, host_memory> && !own_memory<Transport>) {
-    const auto one = [&]<collective C, std::size_t S>() {
-      if constexpr (detail::compiled_size(C, S)) {
-        if (c != C || s != S) return;
-        run_erased<C, S>(a, candidate, fp,
-                         *static_cast<const algo::call_args<detail::elem<S>, memory, detail::erased_op>*>(args));
-        ran = true;
-      }
-    };
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      ((one.template operator()<collectives[I].id, 1>(), one.template operator()<collectives[I].id, 2>(),
-        one.template operator()<collectives[I].id, 4>(), one.template operator()<collectives[I].id, 8>()),
-       ...);
-    }(std::make_index_sequence<std::size(collectives)>{});
-  }
+  if constexpr (std::is_same_v<memory, host_memory> && !own_memory<Transport>)
+    ran = run_compiled_rows(std::make_index_sequence<std::size(collectives)>{}, a, c, s, candidate, fp, args);
   if (!ran)
     throw std::logic_error("tutti: run_compiled has no run of " + std::string(collective_name(c)) + " at element size " +
                            std::to_string(s));
+}
+
+// (Member templates, not template lambdas: nvcc's front end miscompiles those in an
+// out-of-class member definition.)
+template <transport Transport, algorithm Algorithm>
+template <std::size_t... I>
+bool communicator<Transport, Algorithm>::run_compiled_rows(std::index_sequence<I...>, const algorithm_type& a,
+                                                           collective c, std::size_t s, std::size_t candidate,
+                                                           fingerprint fp, const void* args) {
+  return (... || (run_compiled_at<collectives[I].id, 1>(a, c, s, candidate, fp, args) ||
+                  run_compiled_at<collectives[I].id, 2>(a, c, s, candidate, fp, args) ||
+                  run_compiled_at<collectives[I].id, 4>(a, c, s, candidate, fp, args) ||
+                  run_compiled_at<collectives[I].id, 8>(a, c, s, candidate, fp, args)));
+}
+
+template <transport Transport, algorithm Algorithm>
+template <collective C, std::size_t S>
+bool communicator<Transport, Algorithm>::run_compiled_at(const algorithm_type& a, collective c, std::size_t s,
+                                                         std::size_t candidate, fingerprint fp, const void* args) {
+  if constexpr (detail::compiled_size(C, S)) {
+    if (c != C || s != S) return false;
+    run_erased<C, S>(a, candidate, fp,
+                     *static_cast<const algo::call_args<detail::elem<S>, memory, detail::erased_op>*>(args));
+    return true;
+  } else {
+    return false;
+  }
 }
 
 template <transport Transport, algorithm Algorithm>
@@ -389,19 +403,16 @@ void communicator<Transport, Algorithm>::fused_all_reduce(std::span<const view<T
 }
 
 template <transport Transport, algorithm Algorithm>
-void communicator<Transport, Algorithm>::run_fused_compiled(const Algorithm& a, std::size_t s, std::size_t candidate,
+void communicator<Transport, Algorithm>::run_fused_compiled(const algorithm_type& a, std::size_t s, std::size_t candidate,
                                                             fingerprint fp, const void* parts,
                                                             const detail::erased_op& op, std::size_t total) {
-  bool ran = false;
   if constexpr (std::is_same_v<memory, host_memory> && !own_memory<Transport>) {
-    const auto one = [&]<std::size_t S>() {
-      if (s != S) return;
-      run_fused<S>(a, candidate, fp, *static_cast<const std::span<const view<detail::elem<S>, memory>>*>(parts), op, total);
-      ran = true;
-    };
-    one.template operator()<1>(), one.template operator()<2>(), one.template operator()<4>(), one.template operator()<8>();
+    if (s == 1) return run_fused<1>(a, candidate, fp, fused_parts_of<1>(parts), op, total);
+    if (s == 2) return run_fused<2>(a, candidate, fp, fused_parts_of<2>(parts), op, total);
+    if (s == 4) return run_fused<4>(a, candidate, fp, fused_parts_of<4>(parts), op, total);
+    if (s == 8) return run_fused<8>(a, candidate, fp, fused_parts_of<8>(parts), op, total);
   }
-  if (!ran) throw std::logic_error("tutti: run_fused_compiled has no run at element size " + std::to_string(s));
+  throw std::logic_error("tutti: run_fused_compiled has no run at element size " + std::to_string(s));
 }
 
 template <transport Transport, algorithm Algorithm>

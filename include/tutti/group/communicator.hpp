@@ -511,8 +511,14 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   /// at element size `s` (`detail::compiled_size`), as one function (`args`: the call's
   /// `call_args<elem<s>, ...>`): what tutti::compiled compiles once for the communicators it
   /// instantiates (tutti/compiled.hpp), so that a program built against it does not.
-  void run_compiled(const Algorithm& a, collective c, std::size_t s, std::size_t candidate, fingerprint fp,
+  void run_compiled(const algorithm_type& a, collective c, std::size_t s, std::size_t candidate, fingerprint fp,
                     const void* args);
+  template <std::size_t... I>
+  bool run_compiled_rows(std::index_sequence<I...>, const algorithm_type& a, collective c, std::size_t s,
+                         std::size_t candidate, fingerprint fp, const void* args);
+  template <collective C, std::size_t S>
+  bool run_compiled_at(const algorithm_type& a, collective c, std::size_t s, std::size_t candidate, fingerprint fp,
+                       const void* args);
   /// Whether `run<C>` with algorithm `A` at element size `S` goes through `run_compiled`.
   template <class A, collective C, std::size_t S>
   static constexpr bool compiled_here() {
@@ -664,8 +670,12 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
                  const detail::erased_op& op, std::size_t total);
   /// `run_fused<s>` with the communicator's own algorithm, as one function (`parts`: the
   /// `span<const view<elem<s>>>`), compiled once in tutti::compiled as `run_compiled` is.
-  void run_fused_compiled(const Algorithm& a, std::size_t s, std::size_t candidate, fingerprint fp, const void* parts,
+  void run_fused_compiled(const algorithm_type& a, std::size_t s, std::size_t candidate, fingerprint fp, const void* parts,
                           const detail::erased_op& op, std::size_t total);
+  template <std::size_t S>
+  static std::span<const view<detail::elem<S>, memory>> fused_parts_of(const void* parts) {
+    return *static_cast<const std::span<const view<detail::elem<S>, memory>>*>(parts);
+  }
   template <class A, class E, class Op>
   void fused_parts(const A& alg, fingerprint fp, std::span<const view<E, memory>> parts, const Op& op, std::size_t total);
 
