@@ -212,7 +212,10 @@ void communicator<Transport, Algorithm>::run(const A0& a0, fingerprint fp, std::
   const auto run_erased_here = [&](auto candidate) {
     if constexpr (compiled_here<A, C, S>()) {
       const auto args = erased();
-      run_compiled(a, C, S, candidate, fp, &args);
+      if constexpr (std::is_same_v<A, Algorithm>)
+        run_compiled(a, nullptr, C, S, candidate, fp, &args);
+      else  // the call's own algorithm, one of the communicator's automatic's candidates
+        run_compiled(algo_, &a, C, S, detail::candidate_index<A, Algorithm>, fp, &args);
     } else {
       run_erased<C, S>(a, candidate, fp, erased());
     }
@@ -259,11 +262,12 @@ void communicator<Transport, Algorithm>::run_erased(const A& a, std::size_t cand
 }
 
 template <transport Transport, algorithm Algorithm>
-void communicator<Transport, Algorithm>::run_compiled(const algorithm_type& a, collective c, std::size_t s,
-                                                      std::size_t candidate, fingerprint fp, const void* args) {
+void communicator<Transport, Algorithm>::run_compiled(const algorithm_type& a, const void* own, collective c,
+                                                      std::size_t s, std::size_t candidate, fingerprint fp,
+                                                      const void* args) {
   bool ran = false;
   if constexpr (std::is_same_v<memory, host_memory> && !own_memory<Transport>)
-    ran = run_compiled_rows(std::make_index_sequence<std::size(collectives)>{}, a, c, s, candidate, fp, args);
+    ran = run_compiled_rows(std::make_index_sequence<std::size(collectives)>{}, a, own, c, s, candidate, fp, args);
   if (!ran)
     throw std::logic_error("tutti: run_compiled has no run of " + std::string(collective_name(c)) + " at element size " +
                            std::to_string(s));
@@ -274,22 +278,30 @@ void communicator<Transport, Algorithm>::run_compiled(const algorithm_type& a, c
 template <transport Transport, algorithm Algorithm>
 template <std::size_t... I>
 bool communicator<Transport, Algorithm>::run_compiled_rows(std::index_sequence<I...>, const algorithm_type& a,
-                                                           collective c, std::size_t s, std::size_t candidate,
-                                                           fingerprint fp, const void* args) {
-  return (... || (run_compiled_at<collectives[I].id, 1>(a, c, s, candidate, fp, args) ||
-                  run_compiled_at<collectives[I].id, 2>(a, c, s, candidate, fp, args) ||
-                  run_compiled_at<collectives[I].id, 4>(a, c, s, candidate, fp, args) ||
-                  run_compiled_at<collectives[I].id, 8>(a, c, s, candidate, fp, args)));
+                                                           const void* own, collective c, std::size_t s,
+                                                           std::size_t candidate, fingerprint fp, const void* args) {
+  return (... || (run_compiled_at<collectives[I].id, 1>(a, own, c, s, candidate, fp, args) ||
+                  run_compiled_at<collectives[I].id, 2>(a, own, c, s, candidate, fp, args) ||
+                  run_compiled_at<collectives[I].id, 4>(a, own, c, s, candidate, fp, args) ||
+                  run_compiled_at<collectives[I].id, 8>(a, own, c, s, candidate, fp, args)));
 }
 
 template <transport Transport, algorithm Algorithm>
 template <collective C, std::size_t S>
-bool communicator<Transport, Algorithm>::run_compiled_at(const algorithm_type& a, collective c, std::size_t s,
-                                                         std::size_t candidate, fingerprint fp, const void* args) {
+bool communicator<Transport, Algorithm>::run_compiled_at(const algorithm_type& a, const void* own, collective c,
+                                                         std::size_t s, std::size_t candidate, fingerprint fp,
+                                                         const void* args) {
   if constexpr (detail::compiled_size(C, S)) {
     if (c != C || s != S) return false;
-    run_erased<C, S>(a, candidate, fp,
-                     *static_cast<const algo::call_args<detail::elem<S>, memory, detail::erased_op>*>(args));
+    const auto& x = *static_cast<const algo::call_args<detail::elem<S>, memory, detail::erased_op>*>(args);
+    if (!own) {
+      run_erased<C, S>(a, candidate, fp, x);
+    } else {
+      a.visit(candidate, [&](const auto& of_type) {
+        using CA = std::remove_cvref_t<decltype(of_type)>;
+        if constexpr (runs_erased<CA, C>()) run_erased<C, S>(*static_cast<const CA*>(own), 0, fp, x);
+      });
+    }
     return true;
   } else {
     return false;
@@ -374,7 +386,7 @@ void communicator<Transport, Algorithm>::fused_all_reduce(std::span<const view<T
       for (std::size_t i = 0; i < parts.size(); ++i)
         erased[i] = view<E, memory>(reinterpret_cast<E*>(parts[i].data()), parts[i].size());
       const std::span<const view<E, memory>> erased_parts(erased);
-      if constexpr (compiled_here<A, collective::all_reduce, sizeof(T)>())
+      if constexpr (std::is_same_v<A, Algorithm> && compiled_here<A, collective::all_reduce, sizeof(T)>())
         run_fused_compiled(a, sizeof(T), candidate, fp, &erased_parts, detail::erase_op<T>(kop), total);
       else
         run_fused<sizeof(T)>(a, candidate, fp, erased_parts, detail::erase_op<T>(kop), total);

@@ -103,6 +103,21 @@ constexpr bool compiled_size(collective c, std::size_t s) noexcept {
   return info(c).scheduled && (bytes_only ? s == 1 : (s == 1 || s == 2 || s == 4 || s == 8));
 }
 
+/// Whether `A` is one of the candidates of `automatic_of` `Auto`, and where among them.
+template <class A, class Auto>
+inline constexpr bool is_candidate = false;
+template <class A, class... C>
+inline constexpr bool is_candidate<A, algo::automatic_of<C...>> = (std::is_same_v<A, C> || ...);
+template <class A, class Auto>
+inline constexpr std::size_t candidate_index = 0;
+template <class A, class... C>
+inline constexpr std::size_t candidate_index<A, algo::automatic_of<C...>> = [] {
+  constexpr bool is[] = {std::is_same_v<A, C>...};
+  std::size_t i = 0;
+  while (i < sizeof...(C) && !is[i]) ++i;
+  return i;
+}();
+
 template <class A>
 struct is_automatic : std::false_type {};
 template <class... C>
@@ -511,19 +526,23 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   /// at element size `s` (`detail::compiled_size`), as one function (`args`: the call's
   /// `call_args<elem<s>, ...>`): what tutti::compiled compiles once for the communicators it
   /// instantiates (tutti/compiled.hpp), so that a program built against it does not.
-  void run_compiled(const algorithm_type& a, collective c, std::size_t s, std::size_t candidate, fingerprint fp,
-                    const void* args);
+  /// `own`: null, or the call's own algorithm (`comm.all_reduce(v, op, algo::ring{...})`), of
+  /// the type of `a`'s candidate number `candidate`, run with its own settings.
+  void run_compiled(const algorithm_type& a, const void* own, collective c, std::size_t s, std::size_t candidate,
+                    fingerprint fp, const void* args);
   template <std::size_t... I>
-  bool run_compiled_rows(std::index_sequence<I...>, const algorithm_type& a, collective c, std::size_t s,
-                         std::size_t candidate, fingerprint fp, const void* args);
+  bool run_compiled_rows(std::index_sequence<I...>, const algorithm_type& a, const void* own, collective c,
+                         std::size_t s, std::size_t candidate, fingerprint fp, const void* args);
   template <collective C, std::size_t S>
-  bool run_compiled_at(const algorithm_type& a, collective c, std::size_t s, std::size_t candidate, fingerprint fp,
-                       const void* args);
-  /// Whether `run<C>` with algorithm `A` at element size `S` goes through `run_compiled`.
+  bool run_compiled_at(const algorithm_type& a, const void* own, collective c, std::size_t s, std::size_t candidate,
+                       fingerprint fp, const void* args);
+  /// Whether `run<C>` with algorithm `A` at element size `S` goes through `run_compiled`: the
+  /// communicator's `automatic`, or a call's algorithm that is one of its candidates.
   template <class A, collective C, std::size_t S>
   static constexpr bool compiled_here() {
-    return detail::compiled_transport<Transport> && std::is_same_v<A, Algorithm> &&
-           std::is_same_v<Algorithm, algo::automatic> && detail::compiled_size(C, S);
+    return detail::compiled_transport<Transport> && std::is_same_v<Algorithm, algo::automatic> &&
+           (std::is_same_v<A, Algorithm> || detail::is_candidate<A, Algorithm>) &&
+           detail::compiled_size(C, S);
   }
   template <collective C, class A, class X>
   void execute(const A& a, fingerprint fp, const X& x);
