@@ -194,24 +194,12 @@ struct native {
   template <class Ch, class T, class M, class Op>
     requires native_collectives<typename Ch::transport_type>
   void scan(Ch& ch, view<const T, M> in, view<T, M> out, const Op& op) const {
-    if constexpr (native_op<Ch, T, Op> && requires { ch.transport().native_scan(in.data(), out.data(), in.size(), op, ch.fp(), ch.wait(), blocking); }) {
-      agree(ch);
-      ch.transport().native_scan(in.data(), out.data(), in.size(), op, ch.fp(), ch.wait(), blocking);
-    } else {
-      agree(ch);  // the chain's messages (NCCL's) may carry no fingerprint
-      direct{}.scan(ch, in, out, op);
-    }
+    prefix<collective::scan>(ch, in, out, op);
   }
   template <class Ch, class T, class M, class Op>
     requires native_collectives<typename Ch::transport_type>
   void exscan(Ch& ch, view<const T, M> in, view<T, M> out, const Op& op) const {
-    if constexpr (native_op<Ch, T, Op> && requires { ch.transport().native_exscan(in.data(), out.data(), in.size(), op, ch.fp(), ch.wait(), blocking); }) {
-      agree(ch);
-      ch.transport().native_exscan(in.data(), out.data(), in.size(), op, ch.fp(), ch.wait(), blocking);
-    } else {
-      agree(ch);  // the chain's messages (NCCL's) may carry no fingerprint
-      direct{}.exscan(ch, in, out, op);
-    }
+    prefix<collective::exscan>(ch, in, out, op);
   }
 
   template <class Ch>
@@ -222,6 +210,24 @@ struct native {
   }
 
  private:
+  /// scan and exscan: the transport's own where it has it for T and Op, else direct's chain
+  /// (agreed first either way: the chain's messages, NCCL's, may carry no fingerprint).
+  template <collective C, class Ch, class T, class M, class Op>
+  void prefix(Ch& ch, view<const T, M> in, view<T, M> out, const Op& op) const {
+    auto& t = ch.transport();
+    agree(ch);
+    if constexpr (C == collective::scan && native_op<Ch, T, Op> &&
+                  requires { t.native_scan(in.data(), out.data(), in.size(), op, ch.fp(), ch.wait(), blocking); })
+      t.native_scan(in.data(), out.data(), in.size(), op, ch.fp(), ch.wait(), blocking);
+    else if constexpr (C == collective::exscan && native_op<Ch, T, Op> &&
+                       requires { t.native_exscan(in.data(), out.data(), in.size(), op, ch.fp(), ch.wait(), blocking); })
+      t.native_exscan(in.data(), out.data(), in.size(), op, ch.fp(), ch.wait(), blocking);
+    else if constexpr (C == collective::scan)
+      direct{}.scan(ch, in, out, op);
+    else
+      direct{}.exscan(ch, in, out, op);
+  }
+
   /// Whether the transport reduces `T` with `Op` itself: unless it says otherwise
   /// (`native_reduces<T, Op>`, NCCL: its types and ops only), it does; where it does not, the
   /// reducing collectives run tutti's ring over the transport's messages instead.
