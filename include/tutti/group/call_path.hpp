@@ -265,46 +265,31 @@ template <transport Transport, algorithm Algorithm>
 void communicator<Transport, Algorithm>::run_compiled(const algorithm_type& a, const void* own, collective c,
                                                       std::size_t s, std::size_t candidate, fingerprint fp,
                                                       const void* args) {
-  bool ran = false;
-  if constexpr (std::is_same_v<memory, host_memory> && !own_memory<Transport>)
-    ran = run_compiled_rows(std::make_index_sequence<std::size(collectives)>{}, a, own, c, s, candidate, fp, args);
-  if (!ran)
+  compiled_entry run = nullptr;
+  if constexpr (std::is_same_v<memory, host_memory> && !own_memory<Transport>) {
+    static constexpr auto table = compiled_table(std::make_index_sequence<scheduled_count>{});
+    const auto ci = static_cast<std::size_t>(c);
+    const std::size_t si = s == 1 ? 0 : s == 2 ? 1 : s == 4 ? 2 : s == 8 ? 3 : 4;
+    if (ci < table.size() && si < 4) run = table[ci][si];
+  }
+  if (!run)
     throw std::logic_error("tutti: run_compiled has no run of " + std::string(collective_name(c)) + " at element size " +
                            std::to_string(s));
-}
-
-// (Member templates, not template lambdas: nvcc's front end miscompiles those in an
-// out-of-class member definition.)
-template <transport Transport, algorithm Algorithm>
-template <std::size_t... I>
-bool communicator<Transport, Algorithm>::run_compiled_rows(std::index_sequence<I...>, const algorithm_type& a,
-                                                           const void* own, collective c, std::size_t s,
-                                                           std::size_t candidate, fingerprint fp, const void* args) {
-  return (... || (run_compiled_at<collectives[I].id, 1>(a, own, c, s, candidate, fp, args) ||
-                  run_compiled_at<collectives[I].id, 2>(a, own, c, s, candidate, fp, args) ||
-                  run_compiled_at<collectives[I].id, 4>(a, own, c, s, candidate, fp, args) ||
-                  run_compiled_at<collectives[I].id, 8>(a, own, c, s, candidate, fp, args)));
+  (this->*run)(a, own, candidate, fp, args);
 }
 
 template <transport Transport, algorithm Algorithm>
 template <collective C, std::size_t S>
-bool communicator<Transport, Algorithm>::run_compiled_at(const algorithm_type& a, const void* own, collective c,
-                                                         std::size_t s, std::size_t candidate, fingerprint fp,
-                                                         const void* args) {
-  if constexpr (detail::compiled_size(C, S)) {
-    if (c != C || s != S) return false;
-    const auto& x = *static_cast<const algo::call_args<detail::elem<S>, memory, detail::erased_op>*>(args);
-    if (!own) {
-      run_erased<C, S>(a, candidate, fp, x);
-    } else {
-      a.visit(candidate, [&](const auto& of_type) {
-        using CA = std::remove_cvref_t<decltype(of_type)>;
-        if constexpr (runs_erased<CA, C>()) run_erased<C, S>(*static_cast<const CA*>(own), 0, fp, x);
-      });
-    }
-    return true;
-  } else {
-    return false;
+void communicator<Transport, Algorithm>::run_compiled_at(const algorithm_type& a, const void* own,
+                                                         std::size_t candidate, fingerprint fp, const void* args) {
+  const auto& x = *static_cast<const algo::call_args<detail::elem<S>, memory, detail::erased_op>*>(args);
+  if (!own) {
+    run_erased<C, S>(a, candidate, fp, x);
+  } else {  // the call's own algorithm, of the type of candidate number `candidate`
+    a.visit(candidate, [&](const auto& of_type) {
+      using CA = std::remove_cvref_t<decltype(of_type)>;
+      if constexpr (runs_erased<CA, C>()) run_erased<C, S>(*static_cast<const CA*>(own), 0, fp, x);
+    });
   }
 }
 

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -530,12 +531,27 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   /// the type of `a`'s candidate number `candidate`, run with its own settings.
   void run_compiled(const algorithm_type& a, const void* own, collective c, std::size_t s, std::size_t candidate,
                     fingerprint fp, const void* args);
-  template <std::size_t... I>
-  bool run_compiled_rows(std::index_sequence<I...>, const algorithm_type& a, const void* own, collective c,
-                         std::size_t s, std::size_t candidate, fingerprint fp, const void* args);
+  /// `run_compiled`'s entries, one per scheduled collective (by value) and element size 1, 2, 4,
+  /// 8 (null where `detail::compiled_size` is false): a table, so that a call finds its run in
+  /// one load rather than by comparing rows. (Member templates, not template lambdas: nvcc's front
+  /// end miscompiles those in an out-of-class member definition.)
+  using compiled_entry = void (communicator::*)(const algorithm_type&, const void*, std::size_t, fingerprint,
+                                                const void*);
   template <collective C, std::size_t S>
-  bool run_compiled_at(const algorithm_type& a, const void* own, collective c, std::size_t s, std::size_t candidate,
-                       fingerprint fp, const void* args);
+  void run_compiled_at(const algorithm_type& a, const void* own, std::size_t candidate, fingerprint fp,
+                       const void* args);
+  template <std::size_t I, std::size_t S>
+  static constexpr compiled_entry compiled_entry_of() {
+    if constexpr (detail::compiled_size(static_cast<collective>(I), S))
+      return &communicator::run_compiled_at<static_cast<collective>(I), S>;
+    else
+      return nullptr;
+  }
+  template <std::size_t... I>
+  static constexpr std::array<std::array<compiled_entry, 4>, sizeof...(I)> compiled_table(std::index_sequence<I...>) {
+    return {{{compiled_entry_of<I, 1>(), compiled_entry_of<I, 2>(), compiled_entry_of<I, 4>(),
+              compiled_entry_of<I, 8>()}...}};
+  }
   /// Whether `run<C>` with algorithm `A` at element size `S` goes through `run_compiled`: the
   /// communicator's `automatic`, or a call's algorithm that is one of its candidates.
   template <class A, collective C, std::size_t S>
