@@ -197,8 +197,7 @@ void communicator<Transport, Algorithm>::run(const A0& a0, fingerprint fp, std::
   // The erased form of the call: element size S (uniform collectives that do not reduce move
   // bytes: S = 1, the counts in bytes).
   using T = std::remove_const_t<typename decltype(x.out)::element_type>;
-  constexpr bool bytes_only = !info(C).reduces && info(C).counts != counts_kind::per_rank;
-  constexpr std::size_t S = bytes_only ? 1 : sizeof(T);
+  constexpr std::size_t S = detail::moves_bytes(C) ? 1 : sizeof(T);
   constexpr std::size_t scale = sizeof(T) / S;
   using E = detail::elem<S>;
   auto erased = [&] {

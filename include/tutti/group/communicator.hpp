@@ -97,11 +97,15 @@ namespace detail {
 /// tutti/compiled.hpp in the separately compiled mode, for the transports it instantiates.
 template <class Transport>
 inline constexpr bool compiled_transport = false;
+/// Whether a call of `c` runs erased on bytes (element size 1, the counts in bytes): the uniform
+/// collectives that do not reduce; the others run on elements of the call's type's size.
+constexpr bool moves_bytes(collective c) noexcept {
+  return !info(c).reduces && info(c).counts != counts_kind::per_rank;
+}
 /// The element sizes tutti::compiled holds erased runs of, per collective: every size of 1, 2, 4
 /// and 8 bytes for those that reduce or take per-rank counts; 1 (bytes) for the others.
 constexpr bool compiled_size(collective c, std::size_t s) noexcept {
-  const bool bytes_only = !info(c).reduces && info(c).counts != counts_kind::per_rank;
-  return info(c).scheduled && (bytes_only ? s == 1 : (s == 1 || s == 2 || s == 4 || s == 8));
+  return info(c).scheduled && (moves_bytes(c) ? s == 1 : (s == 1 || s == 2 || s == 4 || s == 8));
 }
 
 /// Whether `A` is one of the candidates of `automatic_of` `Auto`, and where among them.
