@@ -2,9 +2,10 @@
 /// The template instances tutti::compiled holds, in the separately compiled mode (`TUTTI_DECL` in
 /// tutti/detail/attributes.hpp): `communicator<inproc>`, `communicator<shm>` and `communicator<tcp>`
 /// (the last where tutti/transport/tcp.hpp is included), each with `algo::automatic`: their
-/// members, `algo::automatic`'s (the choice and its explanations), and every collective's run on erased elements of 1, 2, 4 and 8 bytes with every
-/// candidate schedule (`run_compiled`), so that any element type of those sizes and any op,
-/// built-in or the program's own, runs schedules compiled once. A program compiled with
+/// members, `algo::automatic`'s (the choice and its explanations), and every collective's run on
+/// erased elements of 1, 2, 4 and 8 bytes with every candidate schedule (`run_compiled`), so that
+/// any element type of those sizes and any op, built-in or the program's own, runs schedules
+/// compiled once. A program compiled with
 /// `TUTTI_SEPARATE_COMPILATION` sees them declared here (`extern template`) and compiles them not
 /// again; other communicators (another algorithm, a group's or a mesh's transport) are compiled
 /// in the program as header-only. Included by tutti/tutti.hpp and tutti/transport/tcp.hpp; in
