@@ -1,9 +1,10 @@
-// The call surface over inproc threads: buffers as ranges and single values, and the usage
-// errors of the v-collectives (what a rank can see alone is raised before any traffic, and leaves
-// the communicator usable).
+// The call surface over inproc threads: buffers as ranges and single values, the usage errors
+// of the v-collectives (what a rank can see alone is raised before any traffic), and batches.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <array>
+#include <chrono>
 #include <span>
 #include <string>
 #include <tutti/tutti.hpp>
@@ -86,6 +87,48 @@ TEST_CASE("usage_error: v-collective arguments a rank can see are wrong alone, b
     comm.all_gather_v(in, out, counts);
     CHECK(out.size() == 9);
   });
+}
+
+TEST_CASE("a batch open while its communicator moves ends with the move; a held request refuses wait") {
+  // Before: the batch kept the moved-from communicator and its requests never completed.
+  for (int n : {2, 3}) {
+    CAPTURE(n);
+    tutti::test::run_ranks(n, [n](auto& comm) {
+      using namespace std::chrono_literals;
+      comm.set_timeout(3s);
+      const int me = comm.rank();
+      std::vector<int> a(10, me + 1), b(1000, 2 * me);
+      std::vector<request> r;
+      {
+        auto batch = comm.fuse();
+        r.push_back(comm.iall_reduce(view(a)));
+        r.push_back(comm.iall_reduce(view(b)));
+        try {
+          r[0].wait();
+          FAIL_CHECK("wait on a held request returned");
+        } catch (const usage_error& e) {
+          CHECK_MESSAGE(contains(e.what(), "batch that is still open"), e.what());
+        }
+        CHECK_THROWS_AS((void)wait_any(std::span<request>(r)), usage_error);
+        CHECK(r[0].active());  // refused, not consumed
+        auto moved = std::move(comm);  // ends the batch: its operations run before the move returns
+        wait_all(std::span<request>(r));
+        comm = std::move(moved);
+      }
+      CHECK(a == std::vector<int>(10, n * (n + 1) / 2));
+      CHECK(b == std::vector<int>(1000, n * (n - 1)));
+      {
+        auto batch = comm.fuse();
+        auto held = comm.iall_reduce(view(a));
+        auto carried = std::move(batch);  // the batch moves; the communicator still knows it
+        auto moved = std::move(comm);
+        held.wait();
+        comm = std::move(moved);
+      }
+      CHECK(a == std::vector<int>(10, n * n * (n + 1) / 2));
+      comm.barrier();
+    });
+  }
 }
 
 TEST_SUITE_END();

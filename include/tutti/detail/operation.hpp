@@ -21,6 +21,8 @@ namespace tutti::detail {
 struct operation_state {
   std::atomic<bool> done{false};
   std::exception_ptr error;  // written before `done` is set
+  /// Held in an open batch (`communicator::fuse`): nothing runs it until the batch ends.
+  std::atomic<bool> held{false};
   /// Set for an operation no thread runs (device work on a stream): finds out whether it is
   /// complete and, if so (or once its deadline has passed), completes `*this`. Called only by
   /// the request's holder (`wait`, `test`, `wait_any`, its destructor), never concurrently.

@@ -49,7 +49,7 @@ request communicator<Transport, Algorithm>::post_all_reduce(const Algo& a, const
   auto t = std::make_unique<task>(this, d.out, d.op, a);
   auto state = t->state;
   if (fusing_ && d.out.size_bytes() <= fusion_piece_bytes && fuses_exactly<T, Op>())
-    held_.push_back({std::move(t), &task::kind, d.out.size_bytes(), &task::fuse});
+    hold({std::move(t), &task::kind, d.out.size_bytes(), &task::fuse});
   else
     submit(std::move(t));
   return request(std::move(state));

@@ -157,11 +157,17 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
     return communicator(Transport::from_env());
   }
 
+  /// A move waits for the operations posted on `o`; a batch open on `o` ends first (see `batch`).
   communicator(communicator&&) noexcept = default;
   communicator& operator=(communicator&&) noexcept = default;
-  /// Waits for the operations still posted (their views must outlive them anyway).
-  ~communicator() { engine_.drain(); }
+  /// Ends an open batch, then waits for the operations still posted (their views must outlive
+  /// them anyway).
+  ~communicator() {
+    open_batch_.end();
+    engine_.drain();
+  }
 
+  /// A move waits for the operations posted on `o`; a batch open on `o` ends first (see `batch`).
   int rank() const { return t_.rank(); }
   int size() const { return t_.size(); }
   Transport& transport() noexcept { return t_; }
@@ -322,15 +328,20 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   /// ranks, user ops) are posted unfused (see `fuses_exactly`). The fused transfer's fingerprint
   /// carries every operation's count, so ranks whose batches differ get `mismatch_error`. Other
   /// operations posted meanwhile keep their place in the order. It ends with `post()` or its
-  /// destructor; a blocking call posts what it holds first.
+  /// destructor; a blocking call posts what it holds first. Moving or destroying the
+  /// communicator ends it too (its operations are posted, and the move waits for them, as for
+  /// every posted operation): what it holds points to the communicator it was posted on.
   class batch {
    public:
-    batch(batch&& o) noexcept : c_(std::exchange(o.c_, nullptr)) {}
+    batch(batch&& o) noexcept : c_(std::exchange(o.c_, nullptr)) {
+      if (c_) c_->open_batch_.open = this;
+    }
     batch& operator=(batch&&) = delete;
     ~batch() { post(); }
     /// Ends the batch: posts what it holds.
     void post() {
       if (communicator* c = std::exchange(c_, nullptr)) {
+        c->open_batch_.open = nullptr;
         c->fusing_ = false;
         c->release_held();
       }
@@ -338,7 +349,7 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
 
    private:
     friend class communicator;
-    explicit batch(communicator* c) noexcept : c_(c) {}
+    explicit batch(communicator* c) noexcept : c_(c) { c->open_batch_.open = this; }
     communicator* c_;
   };
   /// Opens a batch (see `batch`); one at a time per communicator.
@@ -624,8 +635,13 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
 
   /// Posts `t`, or holds it while a batch is open.
   void submit(task_ptr t) {
-    if (fusing_) held_.push_back({std::move(t)});
+    if (fusing_) hold({std::move(t)});
     else enqueue(std::move(t));
+  }
+  /// Keeps `o` until the batch ends; its request refuses to be waited on meanwhile.
+  void hold(held_op o) {
+    o.t->state->held.store(true, std::memory_order_relaxed);
+    held_.push_back(std::move(o));
   }
   /// Posts `t` to the engine (made on the first post, counting in the flight recorder what
   /// waits to start).
@@ -643,6 +659,7 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   void release_held() {
     auto held = std::move(held_);
     held_.clear();
+    for (held_op& h : held) h.t->state->held.store(false, std::memory_order_relaxed);
     for (std::size_t i = 0; i < held.size();) {
       std::size_t j = i + 1, bytes = held[i].bytes;
       if (held[i].kind)
@@ -662,7 +679,7 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   request hold_p2p(const detail::p2p_op& o) {
     auto t = std::make_unique<detail::p2p_task<communicator>>(this, o);
     auto state = t->state;
-    held_.push_back({std::move(t), nullptr, 0, nullptr, true});
+    hold({std::move(t), nullptr, 0, nullptr, true});
     return request(std::move(state));
   }
 
@@ -935,7 +952,23 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
 
   std::size_t size_t_size() const { return static_cast<std::size_t>(size()); }
 
-  detail::engine_slot engine_;  // first: a move waits for its operations before the rest moves
+  /// The open batch, if any. First: a move (or the destructor) ends the batch open on the
+  /// communicator it leaves, posting what it holds while that communicator is whole, and the
+  /// engine's move then waits for it.
+  struct batch_slot {
+    batch* open = nullptr;
+    batch_slot() = default;
+    batch_slot(batch_slot&& o) noexcept { o.end(); }
+    batch_slot& operator=(batch_slot&& o) noexcept {
+      end();
+      o.end();
+      return *this;
+    }
+    void end() noexcept {
+      if (open) open->post();  // clears `open`
+    }
+  } open_batch_;
+  detail::engine_slot engine_;  // a move waits for its operations before the rest moves
   Transport t_;
   Algorithm algo_;
   config cfg_;

@@ -96,7 +96,9 @@ struct task_of final : progress_engine::task {
 /// The handle of a non-blocking operation. Move-only. The operation's buffers (views, counts)
 /// must stay valid and unchanged (inputs) until it completes. A request still pending when
 /// destroyed waits for its operation (an error it ends with is then not rethrown; the
-/// communicator stays failed, so its next call raises it as `errc::aborted`). An empty request
+/// communicator stays failed, so its next call raises it as `errc::aborted`), unless its
+/// operation is still held in an open batch (`communicator::fuse`): then the batch runs it
+/// when it ends, and its buffers must stay valid until then. An empty request
 /// (default-constructed, moved from, or already waited on) is complete.
 class [[nodiscard]] request {
  public:
@@ -108,7 +110,8 @@ class [[nodiscard]] request {
 
   /// Returns when the operation is complete; rethrows what it failed with (`mismatch_error`,
   /// `timeout_error`, `peer_lost`, `error` with `errc::aborted`, `usage_error`: what the
-  /// blocking call would have thrown). The request is empty afterwards.
+  /// blocking call would have thrown). The request is empty afterwards. `usage_error` while
+  /// its operation is held in an open batch: nothing would run it until the batch ends.
   void wait();
 
   /// Whether the operation is complete (then as `wait()`: rethrows its error, and the request
@@ -124,9 +127,11 @@ class [[nodiscard]] request {
     if (e) std::rethrow_exception(e);
   }
   void settle() noexcept {
-    if (s_) detail::await(*s_);
+    if (s_ && !s_->held.load(std::memory_order_relaxed)) detail::await(*s_);
     s_.reset();
   }
+  /// `usage_error` if the operation is held in an open batch (see `wait`).
+  void check_not_held(const char* call) const;
   friend std::size_t wait_any(std::span<request> rs);
   std::shared_ptr<detail::operation_state> s_;
 };

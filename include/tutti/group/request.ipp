@@ -98,8 +98,17 @@ TUTTI_DECL request& request::operator=(request&& o) noexcept {
   return *this;
 }
 
+TUTTI_COLD TUTTI_DECL void request::check_not_held(const char* call) const {
+  if (s_->held.load(std::memory_order_relaxed))
+    throw usage_error(std::string(call) +
+                      ": the operation is held in a batch that is still open (communicator::fuse); it runs "
+                      "when the batch ends (batch::post() or the end of its scope), so end the batch first");
+}
+
 TUTTI_DECL void request::wait() {
   if (!s_) return;
+  if (s_->held.load(std::memory_order_relaxed)) [[unlikely]]
+    check_not_held("request::wait");
   detail::await(*s_);
   finish();
 }
@@ -137,6 +146,11 @@ TUTTI_DECL std::size_t wait_any(std::span<request> rs) {
       }
     }
     if (!any) return rs.size();
+    bool runs = false;  // a pending operation that something runs: not held in an open batch
+    for (auto& r : rs) runs = runs || (r.s_ && !r.s_->held.load(std::memory_order_relaxed));
+    if (!runs)
+      for (auto& r : rs)
+        if (r.s_) r.check_not_held("wait_any");
     // Operations that complete only when polled (device work on a stream): poll them, and
     // look again shortly instead of sleeping until a completion is signalled.
     bool polled = false;
