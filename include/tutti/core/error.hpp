@@ -3,6 +3,7 @@
 /// kind of failure, so callers can catch exactly what they can handle.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <system_error>
 
@@ -38,11 +39,28 @@ inline std::error_code make_error_code(errc e) noexcept {
   return {static_cast<int>(e), error_category()};
 }
 
+namespace detail {
+struct error_origin;
+}
+
 /// Root of every exception tutti throws. `what()` carries the full context: collective,
 /// algorithm, this rank, the peer and the byte count where they apply.
+///
+/// A failure that began on another rank reaches this one with its own kind (a mismatch that
+/// rank 1 found is a `mismatch_error` on rank 0 too, a usage error a `usage_error`), its
+/// message names that rank first, and `origin()` says which it was.
 class error : public std::system_error {
  public:
   error(errc code, const std::string& what) : std::system_error(make_error_code(code), what) {}
+  /// The world rank (the rank in the whole job of the transport) where this failure began,
+  /// when that is another rank: the one that found a mismatch or made a usage error, that
+  /// timed out, or that was lost. -1 when it began on this rank.
+  int origin() const noexcept { return origin_; }
+
+ private:
+  friend struct detail::error_origin;
+  int origin_ = -1;
+  std::shared_ptr<const std::string> account_;  // the origin's own message, relayed as it was
 };
 
 /// A blocking wait passed its deadline (`TUTTI_TIMEOUT`, `communicator::set_timeout`).
@@ -75,6 +93,22 @@ class usage_error : public error {
  public:
   explicit usage_error(const std::string& what) : error(errc::usage, what) {}
 };
+
+namespace detail {
+/// Sets and reads what an error carries from its origin (see `error::origin`).
+struct error_origin {
+  static void set(error& e, int origin, std::string account) {
+    e.origin_ = origin;
+    e.account_ = std::make_shared<const std::string>(std::move(account));
+  }
+  /// The origin's own message, or null when the failure began here.
+  static const std::string* account(const error& e) noexcept { return e.account_.get(); }
+};
+
+/// `e.what()` without the ": <kind>" that std::system_error appends to a tutti error's text
+/// (so a message quoted in another does not repeat it at every step).
+std::string own_text(const std::exception& e);
+}  // namespace detail
 
 }  // namespace tutti
 

@@ -18,6 +18,15 @@ TUTTI_DECL std::string error_category_impl::message(int c) const {
   }
   return "unknown tutti error";
 }
+
+TUTTI_COLD TUTTI_DECL std::string own_text(const std::exception& e) {
+  std::string w = e.what();
+  if (const auto* t = dynamic_cast<const error*>(&e)) {
+    const std::string tail = ": " + t->code().message();
+    if (w.size() >= tail.size() && w.compare(w.size() - tail.size(), tail.size(), tail) == 0) w.resize(w.size() - tail.size());
+  }
+  return w;
+}
 }  // namespace detail
 
 }  // namespace tutti

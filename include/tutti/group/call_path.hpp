@@ -1,9 +1,11 @@
 /// \file
 /// The communicator's one call path. Every collective call goes through `call<C>`:
 ///
-///   1. `ordered()`: wait for what was posted before it;
+///   1. `ordered()`: wait for what was posted before it, and hold the communicator for this
+///      thread (another thread's call meanwhile is a `usage_error`: see `in_use`);
 ///   2. the checks every rank can make alone, derived from the row's `layout` (sizes, root,
-///      counts, overlaps): `usage_error` before any traffic, the sequence number untouched;
+///      counts, overlaps): `usage_error` before any traffic, which breaks the communicator and
+///      tells the peers (they may be in the call already);
 ///   3. the fingerprint (`next_fp`; for counts every rank passes, their digest in `shape`), then
 ///      the checks whose failure the peers must hear of (a view whose size is not this rank's
 ///      count of a v-collective: `mismatch_error`, announced as this rank's failure);
@@ -66,7 +68,7 @@ void communicator<Transport, Algorithm>::run_call(const A& a, const desc<T, Op>&
   static_assert(!(row.ordered && std::is_same_v<Op, op::avg>),
                 "tutti: scan and exscan reduce in rank order; op::avg (a sum divided by the group size) has no "
                 "meaning there: use op::sum and divide by rank() + 1 where you need a running mean");
-  ordered();
+  const auto busy = ordered(collective_name(C).data());
   const int p = size(), me = rank();
   const auto P = static_cast<std::size_t>(p);
   const bool at_root = me == d.root;
@@ -172,6 +174,8 @@ void communicator<Transport, Algorithm>::run_call(const A& a, const desc<T, Op>&
   const algo::call_args<T, memory, K> x{d.in, d.out, d.root, b, r, kop};
 
   if (p == 1) {
+    if (!broken_.empty() || aborted()) [[unlikely]]
+      guarded([] {});  // raises what a call of a larger group would: unusable, or aborted
     if constexpr (row.result != result_kind::none && row.result != result_kind::prefix_exclusive &&
                   lay.overlap != aliasing::one_buffer) {
       const std::size_t k = std::min(d.in.size(), d.out.size());

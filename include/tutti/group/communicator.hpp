@@ -10,11 +10,14 @@
 /// lifetime, point to point, batches (`fuse`), groups, shrink and grow, `explain`.
 ///
 /// A communicator is used by one thread at a time (different communicators, the world and its
-/// groups, may be used from different threads at once). After a failure other than `usage_error` it is
-/// unusable (its peers may be anywhere in the schedule); later calls raise `tutti::error` with
-/// `errc::aborted` and the original message. A `usage_error` (arguments that can never work, found
-/// before any traffic) leaves it usable; its text is left with the peers as this rank's last
-/// words (where the transport has `last_words`), which they quote if this rank then goes away.
+/// groups, may be used from different threads at once). After a failure it is unusable (its
+/// peers may be anywhere in the schedule); later calls raise `tutti::error` with `errc::aborted`
+/// and the original message. That includes a `usage_error` from a call the peers take part in
+/// (arguments that can never work, found before any traffic): the peers may already be in the
+/// call, so, as in MPI, the call fails on every rank (each raises that `usage_error`, naming
+/// this rank first) and none pairs its next call with a later one of this rank. A usage error
+/// of a setting (`set_timeout`, `fuse`) breaks nothing. The peers learn of a failure at once
+/// where the transport has `failure_notices` (its kind and where it began: `error::origin`).
 #pragma once
 
 #include <algorithm>
@@ -28,6 +31,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -49,6 +53,7 @@
 #include "tutti/op/ops.hpp"
 #include "tutti/transport/capabilities.hpp"
 #include "tutti/transport/memory_ops.hpp"
+#include "tutti/transport/toolkit/errors.hpp"
 
 namespace tutti {
 
@@ -177,7 +182,7 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   template <class Rep, class Period>
   void set_timeout(std::chrono::duration<Rep, Period> d) {
     const auto ms = std::chrono::ceil<std::chrono::milliseconds>(d);
-    if (ms.count() <= 0) usage("set_timeout: the timeout must be positive");
+    if (ms.count() <= 0) local_usage("set_timeout: the timeout must be positive");
     cfg_.timeout = ms;
   }
   std::chrono::milliseconds timeout() const noexcept { return cfg_.timeout; }
@@ -203,8 +208,8 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   communicator shrink(std::vector<int>* kept = nullptr)
     requires shrinkable<Transport>
   {
-    ordered();
-    if (context_ != 0) usage("shrink: call it on the world communicator, not on a group");
+    const auto busy = ordered("shrink");
+    if (context_ != 0) local_usage("shrink: call it on the world communicator, not on a group");
     return communicator(t_.shrink(cfg_.timeout, kept), algo_, cfg_);
   }
 
@@ -217,8 +222,8 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   communicator grow(int joiners)
     requires growable<Transport>
   {
-    ordered();
-    if (context_ != 0) usage("grow: call it on the world communicator, not on a group");
+    const auto busy = ordered("grow");
+    if (context_ != 0) local_usage("grow: call it on the world communicator, not on a group");
     if (joiners < 1) usage("grow: joiners must be at least 1, not " + std::to_string(joiners));
     std::vector<int> counts(static_cast<std::size_t>(size()));
     const int mine[1] = {joiners};
@@ -242,7 +247,7 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
     if constexpr (std::is_same_v<memory, host_memory>) {
       this->all_gather(view<const std::uint64_t>(&mine, 1), view<std::uint64_t>(all));
     } else {  // counts live on the host: the transport's host-side exchange
-      ordered();
+      const auto busy = ordered("all_gather");
       auto fp = next_fp(collective::all_gather, dtype_of<std::uint64_t>(), 1, -1, 0);
       all = host_words(fp, view<const std::uint64_t>(&mine, 1));
     }
@@ -260,7 +265,7 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
     static_assert(std::is_same_v<S, algo::inherit> || detail::stream_arg<Transport, S>,
                   "tutti: send's fourth argument is a stream of the communicator's transport");
     return with_stream(stream, [&](const auto&) {
-      ordered();
+      const auto busy = ordered("send");
       const auto data = readable(data_buf);
       using U = detail::element_of<B>;
       check_peer(peer, tag, "send");
@@ -276,7 +281,7 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
     static_assert(std::is_same_v<S, algo::inherit> || detail::stream_arg<Transport, S>,
                   "tutti: recv's fourth argument is a stream of the communicator's transport");
     return with_stream(stream, [&](const auto&) {
-      ordered();
+      const auto busy = ordered("recv");
       const auto data = writable(data_buf);
       using T = detail::element_of<B>;
       check_peer(peer, tag, "recv");
@@ -354,8 +359,8 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   };
   /// Opens a batch (see `batch`); one at a time per communicator.
   [[nodiscard]] batch fuse(std::size_t max_bytes = std::size_t{4} << 20) {
-    if (fusing_) usage("fuse: a batch is already open on this communicator");
-    if (max_bytes == 0) usage("fuse: max_bytes must be positive");
+    if (fusing_) local_usage("fuse: a batch is already open on this communicator");
+    if (max_bytes == 0) local_usage("fuse: max_bytes must be positive");
     fusing_ = true;
     fusion_bytes_ = max_bytes;
     return batch(this);
@@ -367,7 +372,7 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   /// Every rank of this communicator calls it with the same list, as torch's `new_group`;
   /// non-members get an empty optional. Different lists on different ranks: `mismatch_error`.
   std::optional<communicator> new_group(std::vector<int> ranks) {
-    ordered();
+    const auto busy = ordered("new_group");
     std::vector<char> seen(static_cast<std::size_t>(size()), 0);
     for (int r : ranks) {
       if (r < 0 || r >= size())
@@ -422,7 +427,7 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   /// algorithm of its own: `tutti::axis<"dp", tutti::algo::ring>`).
   template <tutti::algorithm A>
   std::optional<communicator<Transport, A>> split(int color, int key, A a) {
-    ordered();
+    const auto busy = ordered("split");
     const std::uint64_t mine = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(color)) << 32) |
                                static_cast<std::uint32_t>(key);
     const std::uint64_t base = seq_;
@@ -604,10 +609,65 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
 
   // ---- the progress engine --------------------------------------------------------------------
 
-  /// A blocking call waits for the operations posted before it (it is ordered after them).
-  void ordered() {
+  /// A call of this communicator in progress on this thread (see `ordered`). A second thread
+  /// that calls meanwhile gets `usage_error` naming both calls, and the communicator breaks
+  /// once the first call ends (on the first thread, which alone may touch the transport), so
+  /// the peers raise that usage error too. Costs a few plain loads and stores: two threads that
+  /// enter within nanoseconds of each other may pass unseen (then the peers see the calls out
+  /// of order, a mismatch_error).
+  class in_use {
+   public:
+    in_use(communicator& c, const char* call) : c_(c) {
+      const auto me = std::this_thread::get_id();
+      const auto owner = c.use_.owner.load(std::memory_order_relaxed);
+      if (owner != me) {
+        if (owner != std::thread::id{}) [[unlikely]]
+          c.concurrent_use(call);
+        c.use_.owner.store(me, std::memory_order_relaxed);
+        c.use_.call.store(call, std::memory_order_relaxed);
+      }
+      ++c.use_.depth;
+    }
+    in_use(const in_use&) = delete;
+    in_use& operator=(const in_use&) = delete;
+    ~in_use() {
+      if (--c_.use_.depth > 0) return;
+      c_.use_.owner.store(std::thread::id{}, std::memory_order_relaxed);
+      if (c_.use_.intruder.load(std::memory_order_relaxed)) [[unlikely]]
+        c_.after_concurrent_use();
+    }
+
+   private:
+    communicator& c_;
+  };
+
+  /// A blocking call (`call` names it) waits for the operations posted before it (it is
+  /// ordered after them), then holds the communicator for its thread until it returns.
+  [[nodiscard]] in_use ordered(const char* call) {
     if (!held_.empty()) release_held();
     if (engine_.busy()) engine_.drain();
+    return in_use(*this, call);
+  }
+  /// Another thread is in a call (see `in_use`): raises usage_error here, touching nothing.
+  [[noreturn]] TUTTI_COLD void concurrent_use(const char* call) {
+    use_.intruder.store(call, std::memory_order_relaxed);
+    const char* other = use_.call.load(std::memory_order_relaxed);
+    throw usage_error(std::string(call) + " on rank " + std::to_string(rank()) + ": another thread is in " +
+                      (other ? other : "a call") +
+                      " on this communicator; a communicator is used by one thread at a time (give each thread "
+                      "a group of its own: split or new_group)");
+  }
+  /// The first thread's call has ended: break the communicator, telling the peers.
+  TUTTI_COLD void after_concurrent_use() noexcept {
+    const char* call = use_.call.load(std::memory_order_relaxed);
+    const char* other = use_.intruder.exchange(nullptr, std::memory_order_relaxed);
+    if (!broken_.empty()) return;
+    try {
+      break_with(usage_error(std::string(call ? call : "a call") + " on rank " + std::to_string(rank()) +
+                             " ran while another thread called " + other +
+                             " on the same communicator; a communicator is used by one thread at a time"));
+    } catch (...) {  // no memory for the text: the peers learn of it at their deadline
+    }
   }
 
   using task_ptr = detail::task_ptr;
@@ -797,40 +857,44 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
     ok = true;
   }
 
-  /// Runs `f`; on a failure other than a usage error, marks the communicator broken, tells the
-  /// peers, calls `on_failure` and prints the flight recorder.
+  /// Runs `f`; on a failure, marks the communicator broken and tells the peers (unless a usage
+  /// error did already), calls `on_failure` and prints the flight recorder.
   template <class F, class G = void (*)()>
   void guarded(F&& f, G&& on_failure = [] {}) {
-    if (!broken_.empty())
+    if (!broken_.empty()) [[unlikely]]
       throw error(errc::aborted, "communicator unusable after an earlier failure: " + broken_);
     try {
       if (aborted())
         throw error(errc::aborted, "rank " + std::to_string(rank()) +
                                        ": the communicator was aborted (communicator::abort)");
       f();
-    } catch (const usage_error&) {
-      throw;
     } catch (const std::exception& e) {
-      broken_ = e.what();
-      if constexpr (failure_notices<Transport>) t_.fail(broken_);  // tell the peers
+      if (broken_.empty()) break_with(e);
       on_failure();
       recorder_.print("failed");
       throw;
     }
-    if (noted_) {  // the last words of an earlier usage error no longer hold
-      if constexpr (last_words<Transport>) t_.note({});
-      noted_ = false;
-    }
   }
 
-  /// Raises `usage_error` with `text`, first leaving it with the peers as this rank's last words.
-  [[noreturn]] void usage(const std::string& text) {
-    if constexpr (last_words<Transport>) {
-      t_.note("usage_error: " + text);
-      noted_ = true;
-    }
-    throw usage_error(text);
+  /// Marks the communicator unusable after `e` and tells the peers: its kind, and where it
+  /// began (toolkit::failure_notice), so that each raises the same kind naming the same rank.
+  TUTTI_COLD void break_with(const std::exception& e) {
+    broken_ = e.what();
+    if constexpr (failure_notices<Transport>) t_.fail(toolkit::failure_notice(e));
+    else if constexpr (last_words<Transport>) t_.note(broken_);
   }
+
+  /// Raises `usage_error` with `text` from a call that takes part with the peers (a collective,
+  /// point to point, a group): the peers may already be in it, and would pair their next call
+  /// with this rank's, so the communicator breaks (as MPI's does) and the peers raise this
+  /// usage error too, naming this rank.
+  [[noreturn]] void usage(const std::string& text) {
+    usage_error e(text);
+    if (broken_.empty()) break_with(e);
+    throw e;
+  }
+  /// Raises `usage_error` from a call no peer takes part in (a setting): nothing breaks.
+  [[noreturn]] static void local_usage(const std::string& text) { throw usage_error(text); }
 
   /// A disagreement this rank sees alone (a view whose size is not its count): the call fails
   /// as if a peer had found it, telling the peers.
@@ -985,10 +1049,19 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   std::uint64_t seq_ = 0;
   std::uint64_t context_ = 0;
   std::string broken_;
-  bool noted_ = false;  // this rank left last words (a usage error) with its peers
   bool fusing_ = false;  // a batch is open (fuse): posts are held in held_
   std::size_t fusion_bytes_ = 0;
   std::vector<held_op> held_;
+  /// The thread in a call, its call, how deep, and a call another thread tried (see `in_use`).
+  /// A moved communicator is in no call.
+  struct use_state {
+    std::atomic<std::thread::id> owner{};
+    std::atomic<const char*> call{nullptr}, intruder{nullptr};
+    int depth = 0;
+    use_state() = default;
+    use_state(use_state&&) noexcept {}
+    use_state& operator=(use_state&&) noexcept { return *this; }
+  } use_;
 };
 
 }  // namespace tutti

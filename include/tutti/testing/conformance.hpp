@@ -23,8 +23,9 @@
 /// 2. `mismatch_error` naming both ranks and both values for every way ranks can disagree about a
 ///    call: count, element type, op, root, order of calls, the v-collectives' counts, and point
 ///    to point (testing/mismatch.hpp);
-/// 3. `timeout_error` naming a silent peer, `peer_lost` naming a rank that fails, and `abort()`
-///    releasing a blocked call within about 20 ms (testing/failures.hpp);
+/// 3. `timeout_error` naming a silent peer, `peer_lost` naming a rank that fails, `abort()`
+///    releasing a blocked call within about 20 ms, one rank's usage error failing the call on
+///    every rank, and a communicator used from two threads at once (testing/failures.hpp);
 /// 4. the non-blocking twins: the blocking results, 64 in flight, blocking calls ordered after
 ///    posted ones, `wait_all`/`wait_any`, and `mismatch_error` among pending operations that
 ///    disagree (testing/nonblocking.hpp).
@@ -101,6 +102,8 @@ void check_failures(Runner& run, report& rep, const options& o = {}) {
   check_silent_peer(run, rep, o.silent_deadline);
   check_lost_peer(run, rep);
   check_abort(run, rep, o.abort_within);
+  for_each_collective([&](auto c) { check_one_rank_usage<decltype(c)::value>(run, rep); });
+  check_concurrent_use(run, rep);
 }
 
 /// Part 4.

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <span>
 #include <stdexcept>
+#include <cstring>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -54,14 +55,22 @@ enum class precision {
 
 inline constexpr const char* order_text = "different collectives, or a different order of calls";
 
-/// N of the "rank N failed while" of a peer_lost message, or -1.
+/// N of a failure that reached this rank from rank N, which its message names first ("rank N
+/// failed with mismatch_error, so ... fails too: <rank N's account>"), or -1.
 inline int failed_rank(const std::string& what) {
-  const auto at = what.find(" failed while");
-  if (at == std::string::npos) return -1;
-  const auto r = what.rfind("rank ", at);
-  if (r == std::string::npos) return -1;
-  const auto named = ranks_named(what.substr(r, at - r));
-  return named.empty() ? -1 : *named.begin();
+  if (what.rfind("rank ", 0) != 0 || what.find(", so ") == std::string::npos) return -1;
+  int v = 0;
+  std::size_t i = 5;
+  for (; i < what.size() && what[i] >= '0' && what[i] <= '9'; ++i) v = v * 10 + (what[i] - '0');
+  return i > 5 ? v : -1;
+}
+
+/// A message without the ": <kind>" that std::system_error appends (as a relay quotes it).
+inline std::string account_of(const std::string& what) {
+  for (const char* tail : {": ranks disagree", ": peer lost", ": timed out", ": invalid arguments"})
+    if (what.size() >= std::strlen(tail) && what.compare(what.size() - std::strlen(tail), std::string::npos, tail) == 0)
+      return what.substr(0, what.size() - std::strlen(tail));
+  return what;
 }
 
 /// The verdict on one case (see the file comment). `alternatives`: other needle sets that count
@@ -78,20 +87,23 @@ inline void judge(report& rep, const std::vector<outcome>& out, int odd, const s
   for (std::size_t i = 0; i < out.size(); ++i) {
     const int r = static_cast<int>(i);
     const auto& o = out[i];
-    rep.check(o.k == kind::mismatch || o.k == kind::peer_lost, label, r,
+    // A mismatch is a mismatch_error on every rank: found here, or passed on by the rank that
+    // found it.
+    rep.check(o.k == kind::mismatch, label, r,
               "raised " + kind_name(o.k) + " in phase " + std::to_string(o.phase) + ": " + o.what);
     if (o.k != kind::none) {
       rep.check(o.next == kind::aborted, label, r, "after failing, its next collective raised " + kind_name(o.next));
       rep.check(o.next_send == kind::aborted, label, r, "after failing, its next send raised " + kind_name(o.next_send));
       rep.check(o.next_repeats, label, r, "after failing, its next call's error does not repeat the original one");
     }
-    if (o.k == kind::peer_lost) {
-      // A rank released by a failed peer's notice quotes the peer's whole reason.
-      const int from = failed_rank(o.what);
-      if (from >= 0 && from < static_cast<int>(out.size()) && out[static_cast<std::size_t>(from)].k == kind::mismatch) {
-        const std::string reason = out[static_cast<std::size_t>(from)].what.substr(0, 1000);
+    if (const int from = failed_rank(o.what); from >= 0) {
+      // A rank released by a failed peer's notice names it first and quotes its whole reason.
+      rep.check(from < static_cast<int>(out.size()) && from != r, label, r, "it names no other rank first: " + o.what);
+      if (from < static_cast<int>(out.size()) && out[static_cast<std::size_t>(from)].k == kind::mismatch &&
+          failed_rank(out[static_cast<std::size_t>(from)].what) < 0) {
+        const std::string reason = account_of(out[static_cast<std::size_t>(from)].what).substr(0, 1000);
         rep.check(contains(o.what, reason) || contains(o.what, "[cut: "), label, r,
-                  "its peer_lost does not quote rank " + std::to_string(from) + "'s reason (\"" + reason + "\") whole: " + o.what);
+                  "it does not quote rank " + std::to_string(from) + "'s reason (\"" + reason + "\") whole: " + o.what);
       }
     }
     if (o.k != kind::mismatch) continue;

@@ -129,7 +129,7 @@ outcome attempt(Comm& comm, Call& call, bool barriers = true) {
     if (phase == 1) o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     o.k = classify(std::current_exception(), o.what);
     o.phase = phase;
-    if (o.k != kind::usage && comm.size() > 1) {
+    if (comm.size() > 1) {
       std::string next;
       try {
         comm.barrier();

@@ -154,7 +154,7 @@ TUTTI_DECL void inproc::await_delivery(std::unique_lock<std::mutex>& lk, int pee
     throw;
   }
   if (e.st == state::rejected) {
-    if (e.reason.find("failed while taking") != std::string::npos) throw peer_lost(e.reason);
+    if (e.reason.find("failed while taking") != std::string::npos) toolkit::throw_lost(e.reason, group_.job_rank(peer));
     throw mismatch_error(e.reason);
   }
 }
@@ -172,10 +172,12 @@ TUTTI_DECL void inproc::check_peer(int peer, const header& h, const wait_context
   const auto wr = static_cast<std::size_t>(world_rank(peer));
   using rs = detail::inproc_impl::rank_state;
   if (world_->state[wr] == rs::failed)
-    throw peer_lost(toolkit::peer_failed_text(h, w.algorithm, group_.name(peer), group_.name(rank()), world_->failure[wr]));
+    toolkit::raise_notice(world_->failure[wr], group_, peer, toolkit::where(h, w.algorithm) + " on " + group_.name(rank()));
   if (world_->state[wr] == rs::returned)
-    throw peer_lost(toolkit::where(h, w.algorithm) + ": " + group_.name(peer) + " returned from its function while " +
-                    group_.name(rank()) + " still waited for it (did it skip this call?)" + last_words_of(static_cast<int>(wr)));
+    toolkit::throw_lost(toolkit::where(h, w.algorithm) + ": " + group_.name(peer) + " returned from its function while " +
+                            group_.name(rank()) + " still waited for it (did it skip this call?)" +
+                            last_words_of(static_cast<int>(wr)),
+                        group_.job_rank(peer));
   // Sends are rendezvous, so a peer that must exchange a message with us in this call cannot
   // be blocked in a later one: if it is, the ranks disagree.
   const auto* theirs = blocked_in(static_cast<int>(wr));

@@ -49,26 +49,51 @@ void check(int rc, const char* call, const Where& where) {
   throw error(errc::aborted, msg);
 }
 
-/// Rethrows the exception being handled, as the same type, with `note` added to its message.
+/// Rethrows the exception being handled, as the same type and origin, with `note` added to its
+/// message.
 [[noreturn]] inline void rethrow_noting(const std::string& note) {
-  auto noted = [&](const error& e) {
-    std::string w = e.what();
-    const std::string tail = ": " + e.code().message();  // what std::system_error appended
-    if (w.size() >= tail.size() && w.compare(w.size() - tail.size(), tail.size(), tail) == 0) w.resize(w.size() - tail.size());
-    return w + note;
+  auto noted = [&](const error& e, auto copy) {
+    if (const std::string* account = error_origin::account(e)) error_origin::set(copy, e.origin(), *account);
+    return copy;
   };
   try {
     throw;
   } catch (const mismatch_error& e) {
-    throw mismatch_error(noted(e));
+    throw noted(e, mismatch_error(own_text(e) + note));
   } catch (const timeout_error& e) {
-    throw timeout_error(noted(e));
+    throw noted(e, timeout_error(own_text(e) + note));
   } catch (const peer_lost& e) {
-    throw peer_lost(noted(e));
+    throw noted(e, peer_lost(own_text(e) + note));
+  } catch (const usage_error& e) {
+    throw noted(e, usage_error(own_text(e) + note));
   } catch (const error& e) {
-    throw error(static_cast<errc>(e.code().value()), noted(e));
+    throw noted(e, error(static_cast<errc>(e.code().value()), own_text(e) + note));
   }
 }
+
+/// The ranks of an MPI communicator as failure notices name them (toolkit::raise_notice): a
+/// notice's origin is a rank of MPI_COMM_WORLD. Used on the failure path only.
+struct job_names {
+  MPI_Comm comm;
+  /// The rank of MPI_COMM_WORLD of `comm`'s rank r.
+  int job_rank(int r) const { return translate(comm, r, MPI_COMM_WORLD); }
+  /// "rank i" for world rank w in `comm`, else "world rank w".
+  std::string job_name(int w) const {
+    const int r = translate(MPI_COMM_WORLD, w, comm);
+    return r >= 0 ? "rank " + std::to_string(r) : "world rank " + std::to_string(w);
+  }
+  static int translate(MPI_Comm from, int r, MPI_Comm to) {
+    MPI_Group a, b;
+    int out = MPI_UNDEFINED;
+    if (MPI_Comm_group(from, &a) != MPI_SUCCESS) return -1;
+    if (MPI_Comm_group(to, &b) == MPI_SUCCESS) {
+      MPI_Group_translate_ranks(a, 1, &r, b, &out);
+      MPI_Group_free(&b);
+    }
+    MPI_Group_free(&a);
+    return out == MPI_UNDEFINED ? -1 : out;
+  }
+};
 
 template <class Where>
 int as_count(std::size_t n, const Where& where) {

@@ -158,8 +158,8 @@ inline void mpi::check_notice(int peer, const header& h, const wait_context& w) 
   if (context != context_) return;  // from an earlier communicator that MPI gave the same id
   text.erase(0, sizeof context);
   st_->lost.push_back(status.MPI_SOURCE);  // for `settle`: that rank takes none of our messages now
-  throw peer_lost(at() + ": rank " + std::to_string(status.MPI_SOURCE) + " failed while rank " +
-                  std::to_string(rank_) + " waited" + (peer >= 0 ? " for it" : " in this collective") + ": " + text);
+  toolkit::raise_notice(text, detail::mpi_impl::job_names{st_->comm}, status.MPI_SOURCE,
+                        at() + " on rank " + std::to_string(rank_));
 }
 
 }  // namespace tutti

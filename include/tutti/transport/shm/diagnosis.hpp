@@ -55,9 +55,13 @@ template <class Ready>
 void check_peer(const segment& seg, const toolkit::group_map& g, int peer, const header& h, const wait_context& w,
                 Ready& ready) {
   const int wr = g.world(peer);
-  if (std::string why = seg.gone(wr); !why.empty())
-    throw peer_lost(toolkit::where(h, w.algorithm) + ": " + g.name(peer) + " " + why + " while " + g.name(g.rank()) +
-                    " waited for it");
+  if (std::string why = seg.gone(wr); !why.empty()) {
+    if (auto notice = seg.failure_notice(wr))
+      toolkit::raise_notice(*notice, g, peer, toolkit::where(h, w.algorithm) + " on " + g.name(g.rank()));
+    toolkit::throw_lost(toolkit::where(h, w.algorithm) + ": " + g.name(peer) + " " + why + " while " + g.name(g.rank()) +
+                            " waited for it",
+                        g.job_rank(peer));
+  }
   if (h.fp.coll == collective::send_recv) return;
   const auto theirs = read_wait(seg, wr);
   if (!theirs) return;

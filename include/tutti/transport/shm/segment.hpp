@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -67,6 +68,8 @@ struct segment {
   /// Empty when world rank r is alive; otherwise why it is not: "failed: <its reason>", or
   /// "exited or was killed (pid N)" and its last words, if it left any.
   std::string gone(int world_r) const;
+  /// World rank r's failure notice (its transport's `fail`), or nothing while it has not failed.
+  std::optional<std::string> failure_notice(int world_r) const;
 
   /// Marks this rank failed with `what` (already cut to fit: toolkit::notice_text).
   void write_failure(std::string_view what) noexcept;

@@ -39,13 +39,14 @@ TUTTI_DECL bool segment::exited(int world_r) const {
   return r < pids.size() && pids[r] > 0 && ::kill(pids[r], 0) != 0 && errno == ESRCH;
 }
 
+TUTTI_DECL std::optional<std::string> segment::failure_notice(int world_r) const {
+  if (ctl(world_r).state.load(std::memory_order_acquire) != static_cast<std::uint32_t>(rank_state::failed)) return {};
+  const notices& n = notes(world_r);
+  return std::string(n.failure, std::min<std::size_t>(n.failure_bytes, notice_text_bytes));
+}
+
 TUTTI_DECL std::string segment::gone(int world_r) const {
-  control& c = ctl(world_r);
-  if (c.state.load(std::memory_order_acquire) == static_cast<std::uint32_t>(rank_state::failed)) {
-    const notices& n = notes(world_r);
-    const std::size_t len = std::min<std::size_t>(n.failure_bytes, notice_text_bytes);
-    return "failed: " + std::string(n.failure, len);
-  }
+  if (auto notice = failure_notice(world_r)) return "failed: " + *notice;
   if (exited(world_r)) {
     const std::string words = note_of(world_r);
     return "exited or was killed (pid " + std::to_string(pids[static_cast<std::size_t>(world_r)]) + ")" +

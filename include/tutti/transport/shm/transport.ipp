@@ -166,9 +166,13 @@ TUTTI_DECL void shm::read_remote(int r, std::uint64_t address, std::size_t bytes
     const ssize_t n = ::process_vm_readv(seg_->pids[static_cast<std::size_t>(group_.world(r))], &local, 1, &peer, 1, 0);
     if (n <= 0) {
       const int e = n < 0 ? errno : EIO;
-      if (std::string why = seg_->gone(group_.world(r)); !why.empty() || e == ESRCH)
-        throw peer_lost("shm: rank " + std::to_string(r) + " " + (why.empty() ? "exited" : why) + " while rank " +
-                        std::to_string(rank()) + " read its input");
+      if (std::string why = seg_->gone(group_.world(r)); !why.empty() || e == ESRCH) {
+        if (auto notice = seg_->failure_notice(group_.world(r)))
+          toolkit::raise_notice(*notice, group_, r, "shm: reading the input of " + group_.name(r) + " on " + group_.name(rank()));
+        toolkit::throw_lost("shm: " + group_.name(r) + " " + (why.empty() ? "exited" : why) + " while " +
+                                group_.name(rank()) + " read its input",
+                            group_.job_rank(r));
+      }
       throw error(errc::aborted, "shm: process_vm_readv of " + std::to_string(bytes) + " bytes from rank " +
                                      std::to_string(r) + " failed: " + detail::errno_text(e));
     }

@@ -219,16 +219,18 @@ class tcp {
                          const std::error_code& ec);
 
   /// The reason a failed peer sent (see `fail`), if it waits unread on stream 0; else its stall
-  /// notice's, else empty. Reads past waiting notices and notes (keeping the last note).
-  std::string failure_notice(int peer);
+  /// notice's, else empty; `*failed` is set for a failure notice. Reads past waiting notices
+  /// and notes (keeping the last note).
+  std::string failure_notice(int peer, bool* failed = nullptr);
 
   /// After this rank timed out waiting for `peer`: up to `grace` for a notice from the peer (it
   /// timed out or failed too), read where its stream is between messages. After a stall notice
   /// it waits up to twice `grace` more for the failure notice that follows, whose text may name
   /// a rank further down a chain of waiting ranks. Returns the failure notice's text, else the
   /// stall notice's (also one read earlier, which makes the first wait the longer one), else
-  /// empty (none, a message came instead, or the peer closed the connection).
-  std::string await_notice(int peer, std::chrono::milliseconds grace);
+  /// empty (none, a message came instead, or the peer closed the connection); `failed` is set
+  /// for a failure notice.
+  std::string await_notice(int peer, std::chrono::milliseconds grace, bool& failed);
 
   [[noreturn]] void timed_out(outgoing* out, incoming* in, const wait_context& w);
 

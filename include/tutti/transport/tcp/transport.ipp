@@ -297,9 +297,9 @@ TUTTI_DECL bool tcp::check(incoming& in, part& p, const wait_context& w) {
     case kind::note: p.l->note = notice_body(*p.l, f.text_bytes); return false;
     case kind::waiting: waiting_notice(in, f.h.fp, w); return false;
     case kind::failure:
-      // The peer failed and said why.
-      throw peer_lost(toolkit::peer_failed_text(in.h, w.algorithm, group_.name(in.peer), "rank " + std::to_string(rank()),
-                                                notice_body(*p.l, f.text_bytes)));
+      // The peer failed and said why: raise its failure, of its kind.
+      toolkit::raise_notice(notice_body(*p.l, f.text_bytes), group_, in.peer,
+                            toolkit::where(in.h, w.algorithm) + " on " + group_.name(rank()));
     default: break;
   }
   header want = in.h;
@@ -356,17 +356,19 @@ TUTTI_DECL void tcp::lost(int peer, const header& h, const wait_context& w, cons
                           const std::error_code& ec) {
   // A peer that failed may have said why before closing, on a stream this rank was not reading
   // (it was sending): the notice is the next thing to read there.
-  if (std::string why = failure_notice(peer); !why.empty())
-    throw peer_lost(toolkit::peer_failed_text(h, w.algorithm, group_.name(peer), "rank " + std::to_string(rank()), why,
-                                              std::string("was ") + doing + " it"));
+  bool failed = false;
+  const std::string why = failure_notice(peer, &failed), here = toolkit::where(h, w.algorithm) + " on " + group_.name(rank());
+  if (failed) toolkit::raise_notice(why, group_, peer, here);
+  if (!why.empty()) toolkit::raise_failure({errc::timeout, group_.job_rank(peer), why}, here, group_.name(peer), {});
   const bool closed = ec == asio::error::eof || ec == asio::error::connection_reset || ec == asio::error::broken_pipe;
-  throw peer_lost(toolkit::where(h, w.algorithm) + ": rank " + std::to_string(rank()) + " lost " + group_.name(peer) +
-                  " while " + doing + " it (" + std::to_string(h.bytes) + " bytes): " +
-                  (closed ? "the connection was closed (the peer exited, crashed or failed)" : ec.message()) +
-                  last_words(peer));
+  toolkit::throw_lost(toolkit::where(h, w.algorithm) + ": rank " + std::to_string(rank()) + " lost " + group_.name(peer) +
+                          " while " + doing + " it (" + std::to_string(h.bytes) + " bytes): " +
+                          (closed ? "the connection was closed (the peer exited, crashed or failed)" : ec.message()) +
+                          last_words(peer),
+                      group_.job_rank(peer));
 }
 
-TUTTI_DECL std::string tcp::failure_notice(int peer) {
+TUTTI_DECL std::string tcp::failure_notice(int peer, bool* failed) {
   link& l = *conn_->peers[static_cast<std::size_t>(group_.world(peer))][0];
   if (!l.in_clean || !l.sock.is_open()) return {};
   std::string buf(4 * (sizeof(frame) + toolkit::max_notice_text), '\0');
@@ -383,7 +385,10 @@ TUTTI_DECL std::string tcp::failure_notice(int peer) {
     const std::size_t n = std::min<std::size_t>(f.bytes, toolkit::max_notice_text);
     const std::size_t got = std::min(n, static_cast<std::size_t>(k) - at - sizeof f);
     std::string text = got ? buf.substr(at + sizeof f, got) : std::string("(reason lost)");
-    if (f.is(kind::failure)) return text;
+    if (f.is(kind::failure)) {
+      if (failed) *failed = true;
+      return text;
+    }
     if (f.is(kind::note)) l.note = text;
     else stalled = text;
     at += sizeof f + n;
@@ -391,7 +396,7 @@ TUTTI_DECL std::string tcp::failure_notice(int peer) {
   return stalled;
 }
 
-TUTTI_DECL std::string tcp::await_notice(int peer, std::chrono::milliseconds grace) {
+TUTTI_DECL std::string tcp::await_notice(int peer, std::chrono::milliseconds grace, bool& failed) {
   using clock = std::chrono::steady_clock;
   link& l = *conn_->peers[static_cast<std::size_t>(group_.world(peer))][0];
   if (!l.in_clean || !l.sock.is_open()) return l.stalled;
@@ -413,7 +418,10 @@ TUTTI_DECL std::string tcp::await_notice(int peer, std::chrono::milliseconds gra
       } catch (const error&) {
         return l.stalled.empty() ? "(reason lost)" : l.stalled;
       }
-      if (f.is(kind::failure)) return buf.substr(sizeof f);
+      if (f.is(kind::failure)) {
+        failed = true;
+        return buf.substr(sizeof f);
+      }
       if (f.is(kind::note)) {
         l.note = buf.substr(sizeof f);
         continue;
@@ -446,10 +454,13 @@ TUTTI_DECL void tcp::timed_out(outgoing* out, incoming* in, const wait_context& 
     if (!streams.empty() && streams[0]->sock.is_open() && streams[0]->clean)
       write_notice(*streams[0], kind::stall, toolkit::notice_text(what));
   // Half a second: the ranks of a chain time out milliseconds apart.
-  const std::string why = await_notice(peer, std::min<std::chrono::milliseconds>(std::chrono::milliseconds(500), w.timeout));
-  if (!why.empty())
-    throw peer_lost(toolkit::where(h, w.algorithm) + ": " + group_.name(peer) + " failed as well while rank " +
-                    std::to_string(rank()) + " waited for it: " + why);
+  bool failed = false;
+  const std::string why =
+      await_notice(peer, std::min<std::chrono::milliseconds>(std::chrono::milliseconds(500), w.timeout), failed);
+  const std::string here = toolkit::where(h, w.algorithm) + " on " + group_.name(rank());
+  if (failed) toolkit::raise_notice(why, group_, peer, here);
+  // A stall notice: the peer timed out as well, waiting for another (named in its text).
+  if (!why.empty()) toolkit::raise_failure({errc::timeout, group_.job_rank(peer), why}, here, group_.name(peer), {});
   throw timeout_error(what + last_words(peer));
 }
 

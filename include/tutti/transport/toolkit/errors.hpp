@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <string>
+#include <exception>
 #include <string_view>
 
 #include "tutti/detail/attributes.hpp"
@@ -73,6 +74,47 @@ inline constexpr std::size_t max_notice_text = 3072;
 /// `reason`, or, when longer than `limit`, its head cut at a word boundary with a marker that
 /// says so: "... [cut: 1234 more bytes]".
 std::string notice_text(std::string_view reason, std::size_t limit = max_notice_text);
+
+// ---- failure notices -------------------------------------------------------------------------
+
+/// What a failure notice says: the kind of the failure, the job rank where it began (-1: the
+/// rank that sent the notice) and that rank's own account of it.
+struct failure_cause {
+  errc kind = errc::peer_lost;
+  int origin = -1;
+  std::string account;
+};
+
+/// The failure notice a rank whose communicator failed with `e` sends its peers (its
+/// transport's `fail`): "[tutti mismatch_error] <account>" for a failure that began here,
+/// "[tutti mismatch_error from 3] <account>" for one that reached this rank from job rank 3
+/// (the origin's account, passed on as it was, so texts never nest). Cut to `limit`.
+std::string failure_notice(const std::exception& e, std::size_t limit = max_notice_text);
+
+/// What a failure notice from job rank `sender` says. A notice without the prefix (a user
+/// transport's, a rank whose function threw) is a failure of `sender`: `peer_lost`.
+failure_cause read_failure_notice(std::string_view notice, int sender);
+
+/// Raises failure `c` on this rank with its own kind, naming its origin first: "rank 1 failed
+/// with mismatch_error, so all_reduce(ring) on rank 0 fails too: <account>", with " (passed on
+/// by rank 2)" when the notice came from another rank than the origin. `here`: the call and
+/// this rank ("all_reduce(ring) on rank 0"); the names as this group says them. A peer's abort
+/// is raised as `peer_lost` (`errc::aborted` is for this rank's own communicator).
+[[noreturn]] void raise_failure(const failure_cause& c, std::string_view here, std::string_view origin_name,
+                                std::string_view sender_name);
+
+/// `raise_failure` for a notice read from group rank `peer` of `g` (any type with `job_rank`
+/// and `job_name`, as toolkit::group_map).
+template <class Group>
+[[noreturn]] void raise_notice(std::string_view notice, const Group& g, int peer, std::string_view here) {
+  const int sender = g.job_rank(peer);
+  const failure_cause c = read_failure_notice(notice, sender);
+  raise_failure(c, here, g.job_name(c.origin), c.origin == sender ? std::string() : g.job_name(sender));
+}
+
+/// `peer_lost(text)` whose origin is job rank `lost`: the rank that died, went away or returned
+/// early, so that the ranks its survivors then fail name it first.
+[[noreturn]] void throw_lost(const std::string& text, int lost);
 
 }  // namespace tutti::toolkit
 

@@ -48,6 +48,11 @@ class group_map {
 
   /// "rank 2", and in a sub-group "rank 2 (world rank 5)".
   std::string name(int r) const;
+  /// Group rank r's rank in the whole job, as names say it (its world rank, also in a group
+  /// with links of its own): what failure notices name their origin by.
+  int job_rank(int r) const { return world_of(r); }
+  /// Job rank `w` as this group names it (`name`), or "world rank w" when it is not a member.
+  std::string job_name(int w) const;
   /// World rank `w` as this group names it: "rank i" if a member, else "world rank w".
   std::string world_name(int w) const {
     const int l = local(w);

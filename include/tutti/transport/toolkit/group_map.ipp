@@ -33,4 +33,10 @@ TUTTI_DECL std::string group_map::name(int r) const {
   return s;
 }
 
+TUTTI_DECL std::string group_map::job_name(int w) const {
+  for (int r = 0; r < size(); ++r)
+    if (world_of(r) == w) return name(r);
+  return "world rank " + std::to_string(w);
+}
+
 }  // namespace tutti::toolkit
