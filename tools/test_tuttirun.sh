@@ -282,13 +282,14 @@ EOF
 
 # Fails the case if a sleep whose pid is in $work/left.* is still there 2 s after tuttirun exited
 # (a SIGKILL may take a moment to land), and kills it. The pid is that sleep's as long as its
-# command line is "sleep 300".
+# command line is "sleep 300". The 2 s are for all the sleeps together, so that a case that fails
+# does not wait them out once per sleep.
 expect_left_dead() {
-  local f p i
+  local f p deadline=$(( $(now) + 2000000 ))
   for f in "$work"/left.*; do
     [[ -e $f ]] || { bad "no $f: the rank did not start its sleep"; continue; }
     p=$(cat "$f")
-    for ((i = 0; i < 40; i++)); do [[ $(alive "$p") ]] || break; sleep 0.05; done
+    while [[ $(alive "$p") ]] && (( $(now) < deadline )); do sleep 0.05; done
     if [[ $(alive "$p") && $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null) == "sleep 300 " ]]; then
       bad "the sleep $p that rank ${f##*.} left in its process group outlived tuttirun"
       kill -KILL "$p"
