@@ -337,8 +337,8 @@ class launcher {
 
   bool finished() {
     if (any_running()) return false;
-    // Once the ranks are being stopped, what they left in their process groups is stopped too
-    // (on_deadlines), although they have exited.
+    // Once no rank runs, what the ranks left in their process groups is stopped (on_deadlines),
+    // and the attempt ends only when it is gone or SIGKILLed.
     if ((term_at_ || kill_at_) && any_group_alive()) return false;
     if (drain_until_ && steady_clock::now() >= *drain_until_) return true;
     return std::none_of(ranks_.begin(), ranks_.end(),
@@ -595,6 +595,13 @@ class launcher {
         signal_groups(SIGKILL);
       }
     }
+    // Every rank has exited, with status 0 too: the attempt is over, and so is what the ranks
+    // left in their process groups (SIGTERM, SIGKILL after --grace), so that nothing of the job
+    // outlives tuttirun to hold its GPU, its shared memory or its port, or to write to a pipe
+    // that no one reads. A process meant to outlive the job leaves its rank's group (setsid)
+    // before the rank exits. Nothing is sent if every group is empty, nor again once the groups
+    // are being stopped; stop_others names the groups (no rank runs, so "" is never said).
+    if (!any_running() && !term_at_ && !kill_at_ && !killed_) stop_others("");
   }
 
   bool any_running() const {

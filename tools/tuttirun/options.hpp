@@ -120,8 +120,9 @@ named too.
 Whatever stops the ranks stops their process groups, a rank exited or not:
 what a rank started and left there (a shell's `cmd &`, which ignores SIGINT)
 gets the same signals and, after the grace period, SIGKILL, and tuttirun waits
-for that. Once no rank runs, it gets SIGTERM without waiting out the failure
-grace. A job that succeeds, or runs on with --keep-going, leaves it running.
+for that. Once no rank runs, the job failed or succeeded, it gets SIGTERM
+without waiting out the failure grace: nothing of the job outlives tuttirun but
+a process that left its rank's process group (setsid) before the rank exited.
 
 Restarts (--max-restarts=N): once every rank of a failed attempt is gone,
 tuttirun prints that attempt's summary and "restart k/N after rank R exited
