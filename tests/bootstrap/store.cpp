@@ -179,6 +179,37 @@ TEST_CASE("store: a wrong world size or a duplicate rank fails the whole start-u
   }
 }
 
+TEST_CASE("store: a rank claimed again once every rank signed in is refused, and the job's store carries on") {
+  // The job's ranks have all signed in; then a process with the job's token claims rank 1 (a
+  // leftover of an earlier job on the same port and token, or a RANK typo in a late start).
+  store_server server("127.0.0.1", 0, 2, "tok");
+  store r0("127.0.0.1", server.port(), 0, 2, "tok", 5s);
+  store r1("127.0.0.1", server.port(), 1, 2, "tok", 5s);
+  r0.set("tutti/addr/0", "here");
+  CHECK(message_of<config_error>([&] { store("127.0.0.1", server.port(), 1, 2, "tok", 5s); })
+            .find("two processes claim rank 1") != std::string::npos);
+  CHECK(message_of<config_error>([&] { store("127.0.0.1", server.port(), 5, 2, "tok", 5s); }).find("rank 5") !=
+        std::string::npos);
+  CHECK(message_of<config_error>([&] { store("127.0.0.1", server.port(), 0, 3, "tok", 5s); })
+            .find("says the world has 3 ranks") != std::string::npos);
+  // The members' store is as it was: a wait answered by a later set, a get, an add, and an
+  // anonymous client's wait (a grow's), none answered with the intruder's problem.
+  std::thread later([&] {
+    std::this_thread::sleep_for(50ms);
+    r0.set("later", "set");
+  });
+  std::string got;
+  CHECK_NOTHROW(got = r1.get("later", 5s));
+  later.join();
+  CHECK(got == "set");
+  long long n = 0;
+  CHECK_NOTHROW(n = r0.add("n", 2));
+  CHECK(n == 2);
+  store anonymous("127.0.0.1", server.port(), -1, 0, "tok", 5s);
+  const std::vector<std::string> keys{"tutti/addr/0", "later", "n"};
+  CHECK_NOTHROW(anonymous.wait(keys, 1s));
+}
+
 TEST_CASE("store: malformed messages get an error and a closed connection, never a crash") {
   store_server server("127.0.0.1", 0, 0, "t");
   using namespace detail::store_impl;

@@ -33,8 +33,10 @@
 ///   host (behind a NAT, or a name that resolves elsewhere) does it listen on every address,
 ///   and it says so on stderr. `store_server::address()` tells which.
 /// - Start-up checks: a client claiming a rank some other client already claimed, or a world
-///   size different from rank 0's, is refused; the server then fails every wait of the job with
-///   the same message (naming both ranks and both values), so no rank hangs until its deadline.
+///   size different from rank 0's, is refused; while the job starts, the server then fails every
+///   wait of the job with the same message (naming both ranks and both values), so no rank hangs
+///   until its deadline. Once every rank has signed in, such a client is none of the job's ranks:
+///   it alone is refused (it learns why), and the job goes on as if it had never come.
 /// - Port 0 asks the kernel for a free port; `store_server::port()` tells which. (Ranks need a
 ///   known `MASTER_PORT` to find the store, so in a job port 0 is what the ranks' own data
 ///   listeners use: they publish their real ports here.)

@@ -85,8 +85,8 @@ class store_server {
   // Touched by the server thread only.
   std::map<std::string, std::string> data_;
   std::vector<pending> pending_;
-  std::set<int> ranks_;
-  std::string problem_;
+  std::set<int> ranks_;   // the ranks that signed in; all of them: the job has started
+  std::string problem_;   // a start-up problem, answered to every wait from then on
 };
 
 }  // namespace tutti

@@ -198,6 +198,15 @@ TUTTI_DECL bool store_server::handle(conn& c) {
       if (!c.hello) {
         const auto h = parse_hello(c.in);
         if (!h) return true;
+        // A client of this job that disagrees about the world during start-up fails it (the
+        // store tells every rank waiting, rather than leaving them to their deadlines). Once
+        // every rank has signed in, such a client is no rank of the job: it alone is refused,
+        // and the job goes on. So is a stranger at any time (version, token).
+        const bool started = world_size_ > 0 && ranks_.size() == static_cast<std::size_t>(world_size_);
+        const std::string after_start =
+            started ? ": the job's " + std::to_string(world_size_) + " ranks all signed in already, so this process is "
+                      "none of them (one left over from an earlier job with this MASTER_PORT and token?); the job goes on"
+                    : "";
         std::string refusal;
         bool poison = false;
         if (h->version != version) {
@@ -208,15 +217,16 @@ TUTTI_DECL bool store_server::handle(conn& c) {
                     "process, or a rank started with a different environment)";
         } else if (h->rank >= 0 && world_size_ > 0 && h->world != world_size_) {
           refusal = "rank " + std::to_string(h->rank) + " says the world has " + std::to_string(h->world) +
-                    " ranks, rank 0 says " + std::to_string(world_size_) + " (WORLD_SIZE differs between ranks)";
-          poison = true;
+                    " ranks, rank 0 says " + std::to_string(world_size_) + " (WORLD_SIZE differs between ranks)" +
+                    after_start;
+          poison = !started;
         } else if (h->rank >= 0 && world_size_ > 0 && h->rank >= world_size_) {
           refusal = "a process claims rank " + std::to_string(h->rank) + " in a world of " +
-                    std::to_string(world_size_);
-          poison = true;
+                    std::to_string(world_size_) + after_start;
+          poison = !started;
         } else if (h->rank >= 0 && !ranks_.insert(h->rank).second) {
-          refusal = "two processes claim rank " + std::to_string(h->rank) + " (duplicate RANK)";
-          poison = true;
+          refusal = "two processes claim rank " + std::to_string(h->rank) + " (duplicate RANK)" + after_start;
+          poison = !started;
         }
         c.in.erase(0, h->size);  // h->token points into c.in: not used past here
         if (poison && problem_.empty()) problem_ = refusal;
