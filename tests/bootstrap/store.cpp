@@ -65,9 +65,10 @@ struct raw_conn {
   }
 };
 
-std::string hello(const std::string& token, int rank = -1, int world = 0) {
+std::string hello(const std::string& token, int rank = -1, int world = 0, const std::string& job_id = "") {
   detail::store_impl::writer w;
   w.num(detail::store_impl::magic).num(detail::store_impl::version).num(std::int32_t{rank}).num(std::int32_t{world}).str(token);
+  w.str(job_id);
   return w.out;
 }
 }  // namespace
@@ -208,6 +209,37 @@ TEST_CASE("store: a rank claimed again once every rank signed in is refused, and
   store anonymous("127.0.0.1", server.port(), -1, 0, "tok", 5s);
   const std::vector<std::string> keys{"tutti/addr/0", "later", "n"};
   CHECK_NOTHROW(anonymous.wait(keys, 1s));
+}
+
+TEST_CASE("store: a client of another job is refused, naming both job ids, and the job carries on") {
+  store_server server("127.0.0.1", 0, 2, "tok", "job-b");
+  store r0("127.0.0.1", server.port(), 0, 2, "tok", 5s, "job-b");
+  // During start-up: a process of an earlier job with the same port and token claims rank 1. It
+  // is refused, the start-up is not failed, and rank 1 is still free for the job's own.
+  const auto msg = message_of<config_error>([&] { store("127.0.0.1", server.port(), 1, 2, "tok", 5s, "job-a"); });
+  CHECK(msg.find("refused this process: another job") != std::string::npos);
+  CHECK(msg.find("job id is 'job-a', the store's is 'job-b'") != std::string::npos);
+  store r1("127.0.0.1", server.port(), 1, 2, "tok", 5s, "job-b");
+  // After start-up too, anonymous or not.
+  CHECK(message_of<config_error>([&] { store("127.0.0.1", server.port(), -1, 0, "tok", 5s, "job-a"); })
+            .find("another job") != std::string::npos);
+  r1.set("k", "v");
+  std::string got;
+  CHECK_NOTHROW(got = r0.get("k", 1s));
+  CHECK(got == "v");
+  // A client that does not know the job's id (a joiner, a tool) is let in.
+  store anonymous("127.0.0.1", server.port(), -1, 0, "tok", 5s);
+  CHECK(anonymous.get("k", 1s) == "v");
+}
+
+TEST_CASE("store: a hello of another protocol version is refused, naming both versions") {
+  store_server server("127.0.0.1", 0, 0, "t");
+  raw_conn c(server.port());
+  detail::store_impl::writer v1;  // version 1: no job id after the token
+  v1.num(detail::store_impl::magic).num(std::uint32_t{1}).num(std::int32_t{0}).num(std::int32_t{2}).str("t");
+  c.send(v1.out);
+  CHECK(c.drain().find("protocol version 1 differs from the store's " + std::to_string(detail::store_impl::version)) !=
+        std::string::npos);
 }
 
 TEST_CASE("store: malformed messages get an error and a closed connection, never a crash") {
@@ -361,15 +393,17 @@ TEST_CASE("store: the server going away is peer_lost, not a hang") {
 
 TEST_CASE("store: the parsers take bytes and give a message, 'incomplete', or malformed") {
   using namespace detail::store_impl;
-  const std::string h = hello("tok", 2, 4);
+  const std::string h = hello("tok", 2, 4, "job");
   for (std::size_t n = 0; n < h.size(); ++n) CHECK_FALSE(parse_hello(std::string_view(h).substr(0, n)));
   const std::string h_and_more = h + "extra";  // the parsed message points into it
   const auto got = parse_hello(h_and_more);
   REQUIRE(got);
   CHECK(got->token == "tok");
+  CHECK(got->job_id == "job");
   CHECK(got->rank == 2);
   CHECK(got->world == 4);
   CHECK(got->size == h.size());
+  CHECK(hello(std::string(max_token, 't'), 0, 1, std::string(max_job_id, 'j')).size() == max_hello_bytes);
   writer body;
   body.num(static_cast<std::uint8_t>(opcode::wait)).num(std::uint64_t{100}).num(std::uint32_t{2}).str("a").str("bb");
   const std::string f = frame(body.out);
@@ -394,6 +428,14 @@ TEST_CASE("store: the parsers take bytes and give a message, 'incomplete', or ma
   big_token.num(magic).num(version).num(std::int32_t{0}).num(std::int32_t{1}).num(std::uint32_t{1} << 31);
   CHECK(reason([&] { parse_hello(big_token.out); }) == "token of 2147483648 bytes");
   CHECK(reason([] { parse_hello(std::string(24, 'G')); }) == "not a tutti store client (wrong magic) [stranger]");
+  const std::string no_job = hello("tok", 0, 1).substr(0, hello_fixed + 3);
+  CHECK(reason([&] { parse_hello(no_job + std::string("\x01\x01\0\0", 4)); }) == "job id of 257 bytes");
+  writer old_version;  // another version's hello ends after its token: enough to refuse it
+  old_version.num(magic).num(std::uint32_t{1}).num(std::int32_t{0}).num(std::int32_t{1}).str("tok");
+  const auto v1 = parse_hello(old_version.out);
+  REQUIRE(v1);
+  CHECK(v1->version == 1);
+  CHECK(v1->size == old_version.out.size());
   writer many;
   many.num(static_cast<std::uint8_t>(opcode::wait)).num(std::uint64_t{1}).num(std::uint32_t{5000});
   CHECK(reason([&] { parse_request(frame(many.out)); }) == "wait for 5000 keys");

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -34,13 +35,14 @@ struct setup {
   std::string master = "127.0.0.1";
   tcp_options opt{};
   std::chrono::milliseconds timeout = 10s;
+  int port = 0;  // the store's MASTER_PORT; 0: a free one
   std::function<void(int, job_env&, std::string& token)> tweak = [](int, job_env&, std::string&) {};
 };
 
 /// Starts `s.n` ranks as threads and runs `body(transport)` on each; returns what each rank
 /// threw ("" when it returned).
 std::vector<std::string> run_tcp(const setup& s, const std::function<void(tcp&)>& body) {
-  const int port = free_port();
+  const int port = s.port ? s.port : free_port();
   std::vector<std::string> outcome(static_cast<std::size_t>(s.n));
   std::vector<std::thread> ts;
   for (int r = 0; r < s.n; ++r)
@@ -77,6 +79,19 @@ header make_header(std::size_t bytes, std::uint64_t count = 7) {
 }
 
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+/// What `f` threw as `E` ("no exception" when it returned; "wrong exception: ..." for another).
+template <class E, class F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("wrong exception: ") + e.what();
+  }
+  return "no exception";
+}
 
 }  // namespace
 
@@ -361,6 +376,75 @@ TEST_CASE("tcp: start-up refuses a wrong world size, a duplicate rank, a wrong t
     }();
     CHECK(has(msg, "MASTER_PORT"));
   }
+}
+
+TEST_CASE("tcp: a late duplicate rank or a process of another job is refused, and the job still grows") {
+  // Once the job runs, a process with its token claims rank 1 at the store: one with the job's
+  // id (a duplicate RANK), one of an earlier job on the same port and token. Both are refused;
+  // the members then grow by a joiner (a thread: TUTTI_JOIN=1 through tcp::from_env) and run a
+  // collective in the grown world.
+  setup s;
+  s.port = free_port();
+  s.timeout = 5s;
+  const std::string port = std::to_string(s.port);
+  ::setenv("TUTTI_JOIN", "1", 1);  // for the joiner's tcp::from_env, set before any thread runs
+  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+  ::setenv("MASTER_PORT", port.c_str(), 1);
+  ::setenv("TUTTI_JOB_TOKEN", "token", 1);
+  ::setenv("TUTTI_TIMEOUT", "5", 1);
+  std::string duplicate, other_job, joiner = "not run";
+  const auto sum_of_ranks = [](tcp& t) {
+    config c;
+    c.timeout = 5s;
+    communicator<tcp> comm(std::move(t), {}, c);
+    std::vector<int> v(4, comm.rank());
+    comm.all_reduce(view(v));
+    return v[0];
+  };
+  const auto out = run_tcp(s, [&](tcp& t) {
+    std::thread joining;
+    struct join_at_exit {
+      std::thread& t;
+      ~join_at_exit() {
+        if (t.joinable()) t.join();
+      }
+    } guard{joining};
+    if (t.rank() == 0) {
+      duplicate = message_of<config_error>([&] { store("127.0.0.1", s.port, 1, 2, "token", 5s); });
+      other_job = message_of<config_error>([&] {
+        job_env j;
+        j.rank = j.local_rank = 1;
+        j.world_size = j.local_world_size = 2;
+        j.master_addr = "127.0.0.1";
+        j.master_port = s.port;
+        j.job_id = "an-earlier-job";
+        j.source = "test";
+        config c;
+        c.timeout = 2s;
+        tcp::create(j, c, tcp_options{}, "token");
+      });
+      joining = std::thread([&] {
+        try {
+          tcp j = tcp::from_env();
+          CHECK(j.rank() == 2);
+          CHECK(sum_of_ranks(j) == 3);
+          joiner = "";
+        } catch (const std::exception& e) {
+          joiner = std::string("threw: ") + e.what();
+        }
+      });
+    }
+    tcp grown = t.grow(1, 5s);
+    CHECK(grown.size() == 3);
+    CHECK(sum_of_ranks(grown) == 3);
+  });
+  for (const char* v : {"TUTTI_JOIN", "MASTER_ADDR", "MASTER_PORT", "TUTTI_JOB_TOKEN", "TUTTI_TIMEOUT"}) ::unsetenv(v);
+  for (const auto& o : out) CHECK(o == "");
+  CHECK(joiner == "");
+  CHECK(has(duplicate, "two processes claim rank 1"));
+  CHECK(has(other_job, "another job"));
+  CHECK(has(other_job, "'an-earlier-job'"));
+  CHECK(has(other_job, "'unit'"));
 }
 
 TEST_CASE("tcp: IPv6 and TUTTI_SOCKET_IFNAME") {

@@ -9,8 +9,8 @@
 /// - Lifetime: the server lives as long as the object that owns it (for `tutti::tcp`: rank 0's
 ///   transport and its copies), so the port stays taken for the whole job, as with torch.
 /// - Protocol: little-endian, length-prefixed frames. A client opens with a hello (magic,
-///   version, rank, world size, job token); the server answers with a welcome (ok or refused,
-///   and why). The parsers are pure functions of the bytes received (`store/wire.hpp`:
+///   version, rank, world size, job token, job id); the server answers with a welcome (ok or
+///   refused, and why). A hello of another version is refused naming both versions. The parsers are pure functions of the bytes received (`store/wire.hpp`:
 ///   `parse_hello`, `parse_request`, `parse_reply_head`; `net/codec.hpp`: `parse_answer_head`),
 ///   which the server, the client and the fuzz target `tests/fuzz/store_message.cpp` call alike. Every length is
 ///   checked against its cap before anything is allocated or buffered for it (`max_token` 256 B
@@ -22,6 +22,10 @@
 /// - Job token (`TUTTI_JOB_TOKEN`; tuttirun makes one): a client with another token is refused
 ///   and raises `config_error` saying so. The token keeps other jobs and strangers out; it
 ///   travels in clear and is no defence against someone who can read the network.
+/// - Job id: a client that names a job other than the store's (a process left over from an
+///   earlier job with the same MASTER_PORT and token) is refused, naming both ids; the store's
+///   own clients never notice. A client that names none (a joiner, a tool, the anonymous ranks
+///   of a job a shrink or a grow starts) is not checked.
 /// - Every refused or dropped connection (wrong token, version, world size or rank, malformed
 ///   or foreign bytes, a hello cut short) is logged on stderr, naming the client's address and
 ///   what was wrong, never the token: "[tutti store 127.0.0.1:29500] refused a connection from

@@ -18,10 +18,11 @@
 namespace tutti {
 
 TUTTI_COLD TUTTI_DECL store::store(const std::string& host, int port, int rank, int world_size, const std::string& token,
-                                    std::chrono::milliseconds timeout)
+                                    std::chrono::milliseconds timeout, const std::string& job_id)
     : where_(detail::store_impl::host_port(host, port)) {
   using namespace detail::store_impl;
   if (token.size() > max_token) throw config_error("TUTTI_JOB_TOKEN is longer than " + std::to_string(max_token) + " bytes");
+  if (job_id.size() > max_job_id) throw config_error("the job id is longer than " + std::to_string(max_job_id) + " bytes");
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::string why = "no address";
   for (auto pause = std::chrono::milliseconds(5);; pause = std::min(pause * 2, std::chrono::milliseconds(100))) {
@@ -45,7 +46,7 @@ TUTTI_COLD TUTTI_DECL store::store(const std::string& host, int port, int rank, 
   const int one = 1;
   ::setsockopt(fd_.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   writer w;
-  w.num(magic).num(version).num(static_cast<std::int32_t>(rank)).num(static_cast<std::int32_t>(world_size)).str(token);
+  w.num(magic).num(version).num(static_cast<std::int32_t>(rank)).num(static_cast<std::int32_t>(world_size)).str(token).str(job_id);
   // Something accepted the connection, but node 0's tutti may not be what did: another program
   // holding MASTER_PORT accepts too, and then says nothing or something else. Bounded by
   // `welcome_within`, not by `timeout` (300 s in a job), so that is an error at once.

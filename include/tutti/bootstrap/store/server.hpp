@@ -27,8 +27,11 @@ class store_server {
  public:
   /// Listens on `host:port` (port 0: any free port, see `port()`); `host` empty: every address.
   /// `world_size` 0 accepts any client; otherwise a client's world size must match. `token`
-  /// empty accepts any token. Throws `config_error` when the port is taken, naming the holder.
-  TUTTI_COLD store_server(const std::string& host, int port, int world_size, std::string token);
+  /// empty accepts any token. `job_id`: the job it serves; a client that names another is
+  /// refused (empty, on either side: not checked). Throws `config_error` when the port is
+  /// taken, naming the holder.
+  TUTTI_COLD store_server(const std::string& host, int port, int world_size, std::string token,
+                          std::string job_id = {});
   store_server(const store_server&) = delete;
   store_server& operator=(const store_server&) = delete;
   ~store_server();
@@ -76,7 +79,7 @@ class store_server {
   void expire_and_answer(std::map<std::uint64_t, conn>& conns);
 
   int world_size_;
-  std::string token_;
+  std::string token_, job_id_;
   int port_ = 0;
   std::string address_, where_;  // the listening address, and with its port for the log
   int logged_ = 0;               // refusals logged (server thread only)

@@ -18,8 +18,9 @@
 
 namespace tutti {
 
-TUTTI_COLD TUTTI_DECL store_server::store_server(const std::string& host, int port, int world_size, std::string token)
-    : world_size_(world_size), token_(std::move(token)) {
+TUTTI_COLD TUTTI_DECL store_server::store_server(const std::string& host, int port, int world_size, std::string token,
+                                                 std::string job_id)
+    : world_size_(world_size), token_(std::move(token)), job_id_(std::move(job_id)) {
   using namespace detail::store_impl;
   std::string why;
   auto addrs = resolve(host, port, true, why);
@@ -201,7 +202,7 @@ TUTTI_DECL bool store_server::handle(conn& c) {
         // A client of this job that disagrees about the world during start-up fails it (the
         // store tells every rank waiting, rather than leaving them to their deadlines). Once
         // every rank has signed in, such a client is no rank of the job: it alone is refused,
-        // and the job goes on. So is a stranger at any time (version, token).
+        // and the job goes on. So is a stranger at any time (version, token, job id).
         const bool started = world_size_ > 0 && ranks_.size() == static_cast<std::size_t>(world_size_);
         const std::string after_start =
             started ? ": the job's " + std::to_string(world_size_) + " ranks all signed in already, so this process is "
@@ -215,6 +216,10 @@ TUTTI_DECL bool store_server::handle(conn& c) {
         } else if (!token_.empty() && !same_token(h->token, token_)) {
           refusal = "wrong job token: this process's TUTTI_JOB_TOKEN differs from rank 0's (another job's "
                     "process, or a rank started with a different environment)";
+        } else if (!job_id_.empty() && !h->job_id.empty() && h->job_id != job_id_) {
+          refusal = "another job: this process's job id is '" + std::string(h->job_id) + "', the store's is '" +
+                    job_id_ + "' (a process left over from an earlier job with this MASTER_PORT and token, or a "
+                    "rank started with a different TUTTI_JOB_ID)";
         } else if (h->rank >= 0 && world_size_ > 0 && h->world != world_size_) {
           refusal = "rank " + std::to_string(h->rank) + " says the world has " + std::to_string(h->world) +
                     " ranks, rank 0 says " + std::to_string(world_size_) + " (WORLD_SIZE differs between ranks)" +
@@ -228,7 +233,7 @@ TUTTI_DECL bool store_server::handle(conn& c) {
           refusal = "two processes claim rank " + std::to_string(h->rank) + " (duplicate RANK)" + after_start;
           poison = !started;
         }
-        c.in.erase(0, h->size);  // h->token points into c.in: not used past here
+        c.in.erase(0, h->size);  // h->token and h->job_id point into c.in: not used past here
         if (poison && problem_.empty()) problem_ = refusal;
         writer w;
         w.num(magic).num(static_cast<std::uint8_t>(refusal.empty() ? status::ok : status::refused)).str(refusal);

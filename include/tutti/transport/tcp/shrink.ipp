@@ -268,7 +268,7 @@ TUTTI_DECL decision shrink_agreement::coordinate(std::shared_ptr<store_server>& 
     if (st[static_cast<std::size_t>(r)] == state::in) d.members.push_back(r);
   d.job_id = w_.job_id + ".shrink" + std::to_string(generation_);
   const std::string host = w_.addresses[static_cast<std::size_t>(me_)].address().to_string();
-  server = std::make_shared<store_server>(host, 0, static_cast<int>(d.members.size()), w_.token);
+  server = std::make_shared<store_server>(host, 0, static_cast<int>(d.members.size()), w_.token, d.job_id);
   d.store_host = host;
   d.store_port = static_cast<std::uint16_t>(server->port());
   std::string list;
