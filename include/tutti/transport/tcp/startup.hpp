@@ -27,7 +27,9 @@
 
 namespace tutti::detail::tcp_impl {
 
-/// Accepts the S connections of every lower rank; strangers are ignored, bad hellos refused.
+/// Accepts the S connections of every lower rank, reading the hellos of every connection
+/// waiting side by side (`hello_queue`); strangers are ignored, bad hellos refused. A group's
+/// connection from a lower rank that has finished its start-up already is kept for its group.
 void accept_all(connections& m, asio::ip::tcp::acceptor& acceptor, const job_env& job,
                 const std::string& token, std::chrono::steady_clock::time_point deadline);
 
@@ -43,6 +45,12 @@ struct store_use {
 /// Builds this rank's connections to every other rank of the job (see the file comment).
 std::shared_ptr<connections> connect_all(const job_env& job, const config& cfg, const tcp_options& opt,
                                          const std::string& token, store_use how = {});
+
+/// Files a group hello that arrived whole on world `w`'s acceptor (a group's connection, or a
+/// shrink's): the connection joins `w.arrived` for whoever makes that group; one that is not of
+/// this job (the version, the token, the job id, a rank or stream that does not exist) is
+/// refused, logged and closed.
+void keep_group_hello(connections& w, hello_queue::waiting& c, const group_hello& h);
 
 /// Reads the group hello that opens connection `l` to world `w`'s acceptor (a group's, or a
 /// shrink's) into `in`, exactly its bytes (the first message may follow it at once), by `until`.

@@ -15,21 +15,55 @@ namespace tutti::detail::tcp_impl {
 TUTTI_COLD TUTTI_DECL void accept_all(connections& m, asio::ip::tcp::acceptor& acceptor, const job_env& job,
                                       const std::string& token, std::chrono::steady_clock::time_point deadline) {
   const int S = m.opt.streams, R = job.rank;
-  struct waiting {
-    std::unique_ptr<link> l;
-    std::string in;
-    std::string from;  // the peer's address, for the log
-    std::chrono::steady_clock::time_point accepted;
-  };
-  using net::hello_within;
-  using net::max_silent;
-  int logged = 0;
-  std::vector<waiting> pending;
   for (int r = 0; r < R; ++r) m.peers[static_cast<std::size_t>(r)].resize(static_cast<std::size_t>(S));
   int missing = R * S;
-  while (missing > 0) {
-    std::vector<pollfd> fds{{acceptor.native_handle(), POLLIN, 0}};
-    for (auto& p : pending) fds.push_back({p.l->fd(), POLLIN, 0});
+  auto on_hello = [&](hello_queue::waiting& p, const mesh_hello* h, const group_hello* g) {
+    if (g) {  // a lower rank done with its start-up makes a group already: kept for it
+      keep_group_hello(m, p, *g);
+      return;
+    }
+    const auto version = h->version;
+    const int from = h->from, world = h->world, stream = h->stream, streams = h->streams;
+    const std::string_view job_id = h->job_id, their_token = h->token;  // into p.in
+    // A stranger (another version, token or job) is refused and the start-up goes on; a rank
+    // of this job that disagrees (world size, streams, a duplicate) fails it.
+    std::string refusal;
+    bool fatal = true;
+    if (version != hello_version) {
+      refusal = "protocol version " + std::to_string(version) + " differs from " + std::to_string(hello_version);
+      fatal = false;
+    } else if (!net::same_token(their_token, token) || job_id != job.job_id) {
+      refusal = "wrong job token or job id: not a rank of this job";
+      fatal = false;
+    } else if (world != job.world_size)
+      refusal = "rank " + std::to_string(from) + " says the world has " + std::to_string(world) + " ranks, rank " +
+                std::to_string(R) + " says " + std::to_string(job.world_size);
+    else if (streams != S)
+      refusal = "rank " + std::to_string(from) + " uses TUTTI_TCP_STREAMS=" + std::to_string(streams) + ", rank " +
+                std::to_string(R) + " uses " + std::to_string(S);
+    else if (from < 0 || from >= R || stream < 0 || stream >= S)
+      refusal = "rank " + std::to_string(from) + " (stream " + std::to_string(stream) + ") should not connect to rank " + std::to_string(R);
+    else if (m.peers[static_cast<std::size_t>(from)][static_cast<std::size_t>(stream)])
+      refusal = "two processes connect as rank " + std::to_string(from) + " (stream " + std::to_string(stream) + ")";
+    net::writer a;
+    a.num(hello_magic).num(static_cast<std::uint8_t>(refusal.empty() ? 0 : 1)).str(refusal);
+    try {
+      io_by(*p.l, a.out.data(), a.out.size(), true, deadline, "answering a connection");
+    } catch (const error&) {
+      if (refusal.empty()) throw;
+    }
+    if (!refusal.empty()) {
+      if (fatal) throw config_error("tcp start-up: rank " + std::to_string(R) + " refused a connection: " + refusal);
+      log_refusal(R, p.from, refusal, m.refusals_logged);
+      return;
+    }
+    m.peers[static_cast<std::size_t>(from)][static_cast<std::size_t>(stream)] = std::move(p.l);
+    --missing;
+  };
+  const auto within = hello_time(m.timeout);
+  while (true) {
+    m.waiting.serve(acceptor, m.io, within, R, m.refusals_logged, on_hello);
+    if (missing == 0) return;
     const auto left = net::left(deadline).count();
     if (left <= 0) {
       std::string who;
@@ -42,94 +76,9 @@ TUTTI_COLD TUTTI_DECL void accept_all(connections& m, asio::ip::tcp::acceptor& a
       throw timeout_error("tcp start-up: rank " + std::to_string(R) + " timed out waiting for rank(s) " + who +
                           " to connect to " + sockaddr_text(acceptor.local_endpoint()));
     }
+    std::vector<pollfd> fds;
+    m.waiting.add_fds(acceptor, fds);
     ::poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(left, 1000)));
-    if (fds[0].revents & POLLIN) {
-      while (true) {
-        auto l = std::make_unique<link>(m.io);
-        asio::error_code ec;
-        acceptor.accept(l->sock, ec);
-        if (ec) break;
-        l->sock.set_option(asio::ip::tcp::no_delay(true), ec);
-        l->sock.non_blocking(true, ec);
-        const auto peer = l->sock.remote_endpoint(ec);
-        std::string from = ec ? std::string("an unknown address") : sockaddr_text(peer);
-        if (pending.size() >= max_silent) {  // the oldest makes room
-          log_refusal(R, pending.front().from,
-                      "closed for a newer one: " + std::to_string(max_silent) + " connections were waiting to say hello", logged);
-          pending.erase(pending.begin());
-        }
-        pending.push_back({std::move(l), {}, std::move(from), std::chrono::steady_clock::now()});
-      }
-    }
-    for (std::size_t i = 0; i < pending.size();) {
-      auto& p = pending[i];
-      // A peer sends its hello and waits for the answer: never more than `max_hello_bytes`.
-      char buf[1024];
-      asio::error_code ec;
-      const std::size_t k = p.l->sock.read_some(asio::buffer(buf, std::min(sizeof buf, max_hello_bytes + 1 - p.in.size())), ec);
-      p.in.append(buf, k);
-      const bool gone = ec && ec != asio::error::would_block && ec != asio::error::try_again &&
-                        ec != asio::error::interrupted;
-      std::optional<mesh_hello> h;
-      std::string dropped;
-      try {
-        h = parse_mesh_hello(p.in);
-      } catch (const net::malformed& e) {
-        dropped = e.stranger ? e.reason : "malformed hello (" + e.reason + ")";
-      }
-      if (!h && dropped.empty() && gone && !p.in.empty())  // a probe that connects and closes says nothing
-        dropped = "it closed the connection after " + std::to_string(p.in.size()) + " bytes of an incomplete hello";
-      if (!h && dropped.empty() && !gone && std::chrono::steady_clock::now() >= p.accepted + hello_within)
-        dropped = "it sent no complete hello within " + std::to_string(hello_within.count()) + " s";
-      if (!dropped.empty() || (!h && gone)) {
-        if (!dropped.empty()) log_refusal(R, p.from, dropped, logged);
-        pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
-        continue;
-      }
-      if (!h) {
-        ++i;
-        continue;
-      }
-      const auto version = h->version;
-      const int from = h->from, world = h->world, stream = h->stream, streams = h->streams;
-      const std::string_view job_id = h->job_id, their_token = h->token;  // into p.in
-      // A stranger (another version, token or job) is refused and the start-up goes on; a rank
-      // of this job that disagrees (world size, streams, a duplicate) fails it.
-      std::string refusal;
-      bool fatal = true;
-      if (version != hello_version) {
-        refusal = "protocol version " + std::to_string(version) + " differs from " + std::to_string(hello_version);
-        fatal = false;
-      } else if (!net::same_token(their_token, token) || job_id != job.job_id) {
-        refusal = "wrong job token or job id: not a rank of this job";
-        fatal = false;
-      } else if (world != job.world_size)
-        refusal = "rank " + std::to_string(from) + " says the world has " + std::to_string(world) + " ranks, rank " +
-                  std::to_string(R) + " says " + std::to_string(job.world_size);
-      else if (streams != S)
-        refusal = "rank " + std::to_string(from) + " uses TUTTI_TCP_STREAMS=" + std::to_string(streams) + ", rank " +
-                  std::to_string(R) + " uses " + std::to_string(S);
-      else if (from < 0 || from >= R || stream < 0 || stream >= S)
-        refusal = "rank " + std::to_string(from) + " (stream " + std::to_string(stream) + ") should not connect to rank " + std::to_string(R);
-      else if (m.peers[static_cast<std::size_t>(from)][static_cast<std::size_t>(stream)])
-        refusal = "two processes connect as rank " + std::to_string(from) + " (stream " + std::to_string(stream) + ")";
-      net::writer a;
-      a.num(hello_magic).num(static_cast<std::uint8_t>(refusal.empty() ? 0 : 1)).str(refusal);
-      try {
-        io_by(*p.l, a.out.data(), a.out.size(), true, deadline, "answering a connection");
-      } catch (const error&) {
-        if (refusal.empty()) throw;
-      }
-      if (!refusal.empty()) {
-        if (fatal) throw config_error("tcp start-up: rank " + std::to_string(R) + " refused a connection: " + refusal);
-        log_refusal(R, p.from, refusal, logged);
-        pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
-        continue;
-      }
-      m.peers[static_cast<std::size_t>(from)][static_cast<std::size_t>(stream)] = std::move(p.l);
-      --missing;
-      pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
-    }
   }
 }
 
@@ -279,6 +228,18 @@ TUTTI_COLD TUTTI_DECL std::shared_ptr<connections> connect_all(const job_env& jo
     }
   }
   return m;
+}
+
+TUTTI_COLD TUTTI_DECL void keep_group_hello(connections& w, hello_queue::waiting& c, const group_hello& h) {
+  std::string why;
+  if (h.version != hello_version) why = "protocol version " + std::to_string(h.version) + " differs from " + std::to_string(hello_version);
+  else if (!net::same_token(h.token, w.token) || h.job_id != w.job_id) why = "wrong job token or job id: not a rank of this job";
+  else if (h.from < 0 || h.from >= w.world_size || h.stream < 0 || h.stream >= w.opt.streams) why = "no such rank or stream";
+  if (!why.empty()) {
+    log_refusal(w.world_rank, c.from, why, w.refusals_logged);
+    return;
+  }
+  w.arrived.push_back({h.context, h.from, h.stream, std::move(c.l)});
 }
 
 TUTTI_COLD TUTTI_DECL std::optional<group_hello> read_group_hello(link& l, std::string& in, const connections& w,
