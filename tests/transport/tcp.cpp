@@ -4,19 +4,25 @@
 #include <doctest/doctest.h>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cerrno>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <latch>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <tutti/bootstrap/store.hpp>
+#include <utility>
 #include <tutti/transport/tcp.hpp>
 #include <vector>
 
@@ -675,6 +681,132 @@ TEST_CASE("tcp: connections without this job's hello are refused and logged, and
   }
   CHECK_FALSE(has(log, "s3cret"));
   CHECK_FALSE(has(log, "not-the-token"));
+}
+
+namespace {
+/// Connections that connect to a rank's port and never say a word (a port scanner, a stuck or
+/// stopped client), held open until destroyed.
+struct idle_connections {
+  std::vector<int> fds;
+  idle_connections() = default;
+  idle_connections(const idle_connections&) = delete;
+  idle_connections& operator=(const idle_connections&) = delete;
+  ~idle_connections() {
+    for (int fd : fds) ::close(fd);
+  }
+  /// `n` more to `host:port`: non-blocking connects, then a moment for the handshakes (a full
+  /// accept queue is not waited for: the kernel keeps retrying).
+  void open(const std::string& host, int port, int n) {
+    std::vector<pollfd> pending;
+    for (int i = 0; i < n; ++i) {
+      const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (fd < 0) throw std::runtime_error("socket: " + std::string(std::strerror(errno)));
+      fds.push_back(fd);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(static_cast<std::uint16_t>(port));
+      ::inet_pton(AF_INET, host.c_str(), &a.sin_addr);
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+        if (errno != EINPROGRESS) throw std::runtime_error("connect: " + std::string(std::strerror(errno)));
+        pending.push_back({fd, POLLOUT, 0});
+      }
+    }
+    const auto until = std::chrono::steady_clock::now() + 1s;
+    while (!pending.empty() && std::chrono::steady_clock::now() < until) {
+      ::poll(pending.data(), pending.size(), 10);
+      std::erase_if(pending, [](const pollfd& p) { return p.revents != 0; });
+    }
+  }
+};
+
+/// Where rank `r` of the job whose store is at 127.0.0.1:`store_port` listens (its "address
+/// port" in the store).
+std::pair<std::string, int> listener_of(int store_port, int r) {
+  store kv("127.0.0.1", store_port, -1, 0, "token", 5s);
+  const std::string where = kv.get("tutti/addr/" + std::to_string(r), 5s);
+  return {where.substr(0, where.find(' ')), std::stoi(where.substr(where.find(' ') + 1))};
+}
+}  // namespace
+
+TEST_CASE("tcp: idle connections to a rank's port hold up neither new_group nor split") {
+  // Rank 0 opens the idle connections once the job runs; then every rank makes two groups and
+  // runs a collective in each. Each rank reads the hellos of the connections waiting on its port
+  // side by side, so a silent one delays nobody: both groups are made well within the deadline
+  // (3 s; before, each idle connection held a rank's accept for up to 10 s, or to the deadline).
+  std::vector<int> idle_per_rank;
+  SUBCASE("one idle connection to every rank") { idle_per_rank = {1, 1, 1}; }
+  SUBCASE("200 idle connections to one rank") { idle_per_rank = {0, 0, 200}; }
+  setup s;
+  s.n = 3;
+  s.timeout = 3s;
+  s.port = free_port();
+  idle_connections idle;
+  std::latch opened(s.n);
+  std::vector<std::chrono::steady_clock::duration> took(static_cast<std::size_t>(s.n));
+  const auto out = run_tcp(s, [&](tcp& t) {
+    if (t.rank() == 0)
+      for (int r = 0; r < s.n; ++r) {
+        const auto [host, port] = listener_of(s.port, r);
+        idle.open(host, port, idle_per_rank[static_cast<std::size_t>(r)]);
+      }
+    opened.arrive_and_wait();
+    config c;
+    c.timeout = s.timeout;
+    communicator<tcp> comm(std::move(t), {}, c);
+    comm.set_timeout(s.timeout);
+    const int me = comm.rank();
+    const auto t0 = std::chrono::steady_clock::now();
+    auto all = comm.new_group({0, 1, 2});
+    auto half = comm.split(me % 2, me);
+    took[static_cast<std::size_t>(me)] = std::chrono::steady_clock::now() - t0;
+    if (!all || !half) throw std::runtime_error("a group this rank is in came back empty");
+    std::vector<int> v(4, me);
+    all->all_reduce(view(v));
+    CHECK(v[0] == 0 + 1 + 2);
+    std::vector<int> w(4, me);
+    half->all_reduce(view(w));
+    CHECK(w[0] == (me % 2 == 0 ? 0 + 2 : 1));
+  });
+  for (const auto& o : out) CHECK(o == "");
+  for (const auto& d : took) CHECK(d < s.timeout);
+}
+
+TEST_CASE("tcp: idle connections to the survivors' ports do not split a shrink") {
+  // Two idle connections to each rank's port, then rank 2 goes away (its transport closes, as a
+  // killed process's does). Ranks 0 and 1 shrink: both carry on, together, as ranks 0 and 1.
+  setup s;
+  s.n = 3;
+  s.timeout = 3s;
+  s.port = free_port();
+  idle_connections idle;
+  std::latch opened(s.n), gone(1);
+  std::vector<std::vector<int>> kept(static_cast<std::size_t>(s.n));
+  const auto out = run_tcp(s, [&](tcp& t) {
+    if (t.rank() == 0)
+      for (int r = 0; r < s.n; ++r) {
+        const auto [host, port] = listener_of(s.port, r);
+        idle.open(host, port, 2);
+      }
+    opened.arrive_and_wait();
+    const int me = t.rank();
+    if (me == 2) {
+      { tcp dying = std::move(t); }
+      gone.count_down();
+      return;
+    }
+    gone.wait();
+    tcp next = t.shrink(s.timeout, &kept[static_cast<std::size_t>(me)]);
+    CHECK(next.rank() == me);
+    config c;
+    c.timeout = s.timeout;
+    communicator<tcp> comm(std::move(next), {}, c);
+    std::vector<int> v(4, me);
+    comm.all_reduce(view(v));
+    CHECK(v[0] == 0 + 1);
+  });
+  for (const auto& o : out) CHECK(o == "");
+  CHECK(kept[0] == std::vector<int>{0, 1});
+  CHECK(kept[1] == std::vector<int>{0, 1});
 }
 
 TEST_CASE("tcp: without MASTER_ADDR the store listens on loopback only") {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <poll.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cstddef>
@@ -242,36 +243,18 @@ TUTTI_COLD TUTTI_DECL void keep_group_hello(connections& w, hello_queue::waiting
   w.arrived.push_back({h.context, h.from, h.stream, std::move(c.l)});
 }
 
-TUTTI_COLD TUTTI_DECL std::optional<group_hello> read_group_hello(link& l, std::string& in, const connections& w,
-                                                                  std::chrono::steady_clock::time_point until,
-                                                                  std::string& why) {
-  auto take = [&](std::size_t n) {
-    const std::size_t at = in.size();
-    in.resize(at + n);
-    io_by(l, in.data() + at, n, false, until, "reading a group hello");
-  };
-  auto length_at = [&](std::size_t at) { return net::reader{std::string_view(in).substr(at)}.num<std::uint32_t>(); };
-  try {
-    take(group_hello_fixed + 4);
-    (void)parse_group_hello(in);  // the magic, before any length is trusted
-    const std::uint32_t job_bytes = length_at(group_hello_fixed);
-    if (job_bytes > max_job_id) throw net::malformed("job id of " + std::to_string(job_bytes) + " bytes");
-    take(job_bytes + 4);
-    const std::uint32_t token_bytes = length_at(in.size() - 4);
-    if (token_bytes > net::max_token) throw net::malformed("token of " + std::to_string(token_bytes) + " bytes");
-    take(token_bytes);
-    auto h = parse_group_hello(in);
-    if (!h) throw net::malformed("incomplete hello");
-    if (h->version != hello_version) why = "protocol version " + std::to_string(h->version);
-    else if (!net::same_token(h->token, w.token) || h->job_id != w.job_id) why = "wrong job token or job id: not a rank of this job";
-    else if (h->from < 0 || h->from >= w.world_size || h->stream < 0 || h->stream >= w.opt.streams) why = "no such rank or stream";
-    if (why.empty()) return h;
-  } catch (const net::malformed& e) {
-    why = e.reason;
-  } catch (const error& e) {
-    why = e.what();
+TUTTI_COLD TUTTI_DECL void after_startup(connections& w, hello_queue::waiting& c, const mesh_hello* mesh,
+                                         const group_hello* group) {
+  if (group) {
+    keep_group_hello(w, c, *group);
+    return;
   }
-  return std::nullopt;
+  (void)mesh;
+  const std::string why = "a start-up's hello, but this rank's start-up is over (a duplicate rank, or a rank of another job?)";
+  net::writer a;  // answered as start-up answers, if the socket takes it at once
+  a.num(hello_magic).num(std::uint8_t{1}).str(why);
+  (void)::send(c.l->fd(), a.out.data(), a.out.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  log_refusal(w.world_rank, c.from, why, w.refusals_logged);
 }
 
 TUTTI_COLD TUTTI_DECL std::shared_ptr<connections> connect_group(const std::shared_ptr<connections>& w,
@@ -306,26 +289,17 @@ TUTTI_COLD TUTTI_DECL std::shared_ptr<connections> connect_group(const std::shar
   // 2. Accept the members before it.
   for (std::size_t k = 0; k < mine; ++k) g->peers[static_cast<std::size_t>(members[k])].resize(static_cast<std::size_t>(S));
   std::size_t missing = mine * static_cast<std::size_t>(S);
-  while (missing > 0) {
+  // The world's acceptor is served also when this rank accepts nothing itself (the group's
+  // first member): connections to it never pile up unread.
+  const auto within = hello_time(w->timeout);
+  const auto on_hello = [&](hello_queue::waiting& c, const mesh_hello* mesh, const group_hello* group) {
+    after_startup(*w, c, mesh, group);
+  };
+  while (true) {
+    std::vector<pollfd> fds;
     {
       std::lock_guard lk(w->joining);
-      while (true) {
-        auto l = std::make_unique<link>(w->io);
-        asio::error_code ec;
-        w->acceptor->accept(l->sock, ec);
-        if (ec) break;
-        l->sock.set_option(asio::ip::tcp::no_delay(true), ec);
-        l->sock.non_blocking(true, ec);
-        const auto peer = l->sock.remote_endpoint(ec);
-        const std::string from = ec ? std::string("an unknown address") : sockaddr_text(peer);
-        std::string in, why;
-        const auto h = read_group_hello(*l, in, *w, std::min(deadline, clock::now() + net::hello_within), why);
-        if (!h) {
-          log_refusal(R, from, why, w->refusals_logged);
-          continue;
-        }
-        w->arrived.push_back({h->context, h->from, h->stream, std::move(l)});
-      }
+      w->waiting.serve(*w->acceptor, w->io, within, R, w->refusals_logged, on_hello);
       // Take this group's.
       for (auto it = w->arrived.begin(); it != w->arrived.end();) {
         if (it->context == context) {
@@ -339,6 +313,7 @@ TUTTI_COLD TUTTI_DECL std::shared_ptr<connections> connect_group(const std::shar
         }
         ++it;
       }
+      if (missing > 0) w->waiting.add_fds(*w->acceptor, fds);
     }
     if (missing == 0) break;
     if (clock::now() >= deadline) {
@@ -352,8 +327,8 @@ TUTTI_COLD TUTTI_DECL std::shared_ptr<connections> connect_group(const std::shar
       throw timeout_error("tcp: making a group's connections: rank " + std::to_string(R) + " timed out waiting for world rank(s) " +
                           who + " to connect");
     }
-    pollfd pf{w->acceptor->native_handle(), POLLIN, 0};
-    ::poll(&pf, 1, 5);
+    // Other threads may serve the same descriptors meanwhile: a short wait, then a look.
+    ::poll(fds.data(), fds.size(), 5);
   }
   return g;
 }
