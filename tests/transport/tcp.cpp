@@ -18,6 +18,7 @@
 #include <functional>
 #include <latch>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -393,11 +394,15 @@ TEST_CASE("tcp: a late duplicate rank or a process of another job is refused, an
   s.port = free_port();
   s.timeout = 5s;
   const std::string port = std::to_string(s.port);
-  ::setenv("TUTTI_JOIN", "1", 1);  // for the joiner's tcp::from_env, set before any thread runs
-  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
-  ::setenv("MASTER_PORT", port.c_str(), 1);
-  ::setenv("TUTTI_JOB_TOKEN", "token", 1);
-  ::setenv("TUTTI_TIMEOUT", "5", 1);
+  // For the joiner's tcp::from_env, set before any thread runs; as they were afterwards.
+  const std::vector<std::pair<const char*, std::string>> joiner_env{
+      {"TUTTI_JOIN", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}, {"TUTTI_JOB_TOKEN", "token"}, {"TUTTI_TIMEOUT", "5"}};
+  std::vector<std::optional<std::string>> saved;
+  for (const auto& [name, value] : joiner_env) {
+    const char* was = std::getenv(name);
+    saved.push_back(was ? std::optional<std::string>(was) : std::nullopt);
+    ::setenv(name, value.c_str(), 1);
+  }
   std::string duplicate, other_job, joiner = "not run";
   const auto sum_of_ranks = [](tcp& t) {
     config c;
@@ -444,7 +449,10 @@ TEST_CASE("tcp: a late duplicate rank or a process of another job is refused, an
     CHECK(grown.size() == 3);
     CHECK(sum_of_ranks(grown) == 3);
   });
-  for (const char* v : {"TUTTI_JOIN", "MASTER_ADDR", "MASTER_PORT", "TUTTI_JOB_TOKEN", "TUTTI_TIMEOUT"}) ::unsetenv(v);
+  for (std::size_t i = 0; i < joiner_env.size(); ++i) {
+    if (saved[i]) ::setenv(joiner_env[i].first, saved[i]->c_str(), 1);
+    else ::unsetenv(joiner_env[i].first);
+  }
   for (const auto& o : out) CHECK(o == "");
   CHECK(joiner == "");
   CHECK(has(duplicate, "two processes claim rank 1"));
