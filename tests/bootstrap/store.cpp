@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tutti/bootstrap/progress.hpp>
 #include <tutti/bootstrap/store.hpp>
 #include <vector>
 
@@ -313,6 +314,34 @@ TEST_CASE("store: an unreachable master is retried until the deadline, then name
   store c("127.0.0.1", port, -1, 0, "", 5s);
   starter.join();
   c.set("x", "1");
+}
+
+TEST_CASE("start-up progress: the first word after a quarter of the deadline (1 to 3 s), then as the wait doubles") {
+  using detail::startup_progress;
+  using clock = startup_progress::clock;
+  CHECK(startup_progress::first_word(300s) == 3s);
+  CHECK(startup_progress::first_word(8s) == 2s);
+  CHECK(startup_progress::first_word(4s) == 1s);
+  CHECK(startup_progress::first_word(2s) == 1s);
+  const auto t0 = clock::now();
+  startup_progress p(300s, t0);
+  std::vector<long long> said;  // the seconds at which a word was due, looked at every 100 ms
+  for (auto t = t0; t < t0 + 400s; t += 100ms)
+    if (p.due(t)) said.push_back(std::chrono::duration_cast<std::chrono::seconds>(t - t0).count());
+  CHECK(said == std::vector<long long>{3, 6, 12, 24, 48, 96, 192});  // none at or past the deadline
+  CHECK(p.next() == clock::time_point::max());
+  startup_progress late(4s, t0);  // looked at late: one word, the intervals it slept through skipped
+  CHECK_FALSE(late.due(t0 + 999ms));
+  CHECK(late.due(t0 + 2500ms));
+  CHECK_FALSE(late.due(t0 + 2600ms));
+  CHECK(late.next() == clock::time_point::max());  // 4 s: the deadline's, where the error speaks
+  CHECK(detail::rank_list({2}) == "rank 2");
+  CHECK(detail::rank_list({2, 3}) == "ranks 2, 3");
+  CHECK(detail::rank_list({0, 1, 2, 3, 5, 7, 8, 9}) == "ranks 0-3, 5, 7-9");
+  CHECK(detail::rank_list({0, 1}, false) == "0, 1");
+  CHECK(detail::seconds_said(1000ms) == "1 s");
+  CHECK(detail::seconds_said(2460ms) == "2.5 s");
+  CHECK(detail::seconds_said(299999ms) == "300 s");
 }
 
 namespace {
