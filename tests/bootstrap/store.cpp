@@ -344,6 +344,44 @@ TEST_CASE("start-up progress: the first word after a quarter of the deadline (1 
   CHECK(detail::seconds_said(299999ms) == "300 s");
 }
 
+TEST_CASE("store: a start-up that lasts names who signed in and who did not, early, and at the deadline") {
+  std::string log, error;
+  int port = 0;
+  {
+    test::stderr_capture capture;
+    store_server server("127.0.0.1", 0, 3, "tok", "job", 1500ms);  // a word due at 1 s
+    port = server.port();
+    store r0("127.0.0.1", port, 0, 3, "tok", 5s, "job");
+    store r1("127.0.0.1", port, 1, 3, "tok", 5s, "job");
+    r0.set("tutti/addr/0", "x");
+    error = message_of<timeout_error>([&] { r1.get("tutti/addr/2", 1200ms); });  // rank 2 never comes
+    log = capture.text();
+  }
+  const std::string where = "127.0.0.1:" + std::to_string(port);
+  CAPTURE(log);
+  CHECK(log.rfind("[tutti store " + where + "] start-up: after 1", 0) == 0);  // "1 s", or a little more
+  const std::string middle = ", 2 of 3 ranks signed in (0, 1); waiting for rank 2 to sign in to the store at "
+                             "MASTER_ADDR:MASTER_PORT = " + where + " (not started yet, or started with another "
+                             "MASTER_ADDR or MASTER_PORT?); giving up in 0.";  // 0.5 s, or a little less
+  CHECK(log.find(middle) != std::string::npos);
+  CHECK(std::count(log.begin(), log.end(), '\n') == 1);
+  CHECK(error == "store: rank 2 never signed in to the store at " + where +
+                     " (not started, or started with another MASTER_ADDR or MASTER_PORT?); timed out after 1200 ms "
+                     "waiting for key(s) tutti/addr/2: timed out");
+  // Once every rank is in, the store is quiet, and a wait that times out names only its keys.
+  {
+    test::stderr_capture capture;
+    store_server server("127.0.0.1", 0, 2, "tok", "job", 1500ms);
+    store r0("127.0.0.1", server.port(), 0, 2, "tok", 5s, "job");
+    store r1("127.0.0.1", server.port(), 1, 2, "tok", 5s, "job");
+    error = message_of<timeout_error>([&] { r1.get("never", 1100ms); });
+    log = capture.text();
+  }
+  CHECK(log.empty());
+  CHECK(error.find("waiting for key(s) never at 127.0.0.1:") != std::string::npos);
+  CHECK(error.find("signed in") == std::string::npos);
+}
+
 namespace {
 /// Another program on the port: it listens, accepts one connection, sends `answer` (maybe
 /// nothing) and keeps the connection open until destroyed.

@@ -189,9 +189,20 @@ TUTTI_DECL std::string store::call(const std::string& body, std::chrono::millise
   io(payload.data(), payload.size(), false, deadline);
   switch (h.st) {
     case status::ok: return payload;
-    case status::timeout:
+    case status::timeout: {
+      // During a watched start-up the store adds the ranks that never signed in, after a newline.
+      const auto nl = payload.rfind('\n');
+      if (nl != std::string::npos && nl + 1 < payload.size() &&
+          payload.find_first_not_of("0123456789, -", nl + 1) == std::string::npos) {
+        const std::string ranks = payload.substr(nl + 1);
+        throw timeout_error("store: " + std::string(ranks.find_first_of(",-") == std::string::npos ? "rank " : "ranks ") +
+                            ranks + " never signed in to the store at " + where_ +
+                            " (not started, or started with another MASTER_ADDR or MASTER_PORT?); timed out after " +
+                            std::to_string(timeout.count()) + " ms waiting for key(s) " + payload.substr(0, nl));
+      }
       throw timeout_error("store: timed out after " + std::to_string(timeout.count()) + " ms waiting for key(s) " +
                           payload + " at " + where_ + " (a rank did not start, or died during start-up)");
+    }
     case status::failed: throw config_error("store at " + where_ + ": " + payload);
     default: break;
   }

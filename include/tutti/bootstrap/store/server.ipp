@@ -19,7 +19,7 @@
 namespace tutti {
 
 TUTTI_COLD TUTTI_DECL store_server::store_server(const std::string& host, int port, int world_size, std::string token,
-                                                 std::string job_id)
+                                                 std::string job_id, std::chrono::milliseconds startup_timeout)
     : world_size_(world_size), token_(std::move(token)), job_id_(std::move(job_id)) {
   using namespace detail::store_impl;
   std::string why;
@@ -72,6 +72,8 @@ TUTTI_COLD TUTTI_DECL store_server::store_server(const std::string& host, int po
   if (!listener_)
     throw config_error("store: cannot listen on " + host_port(host, port) + ": " +
                        detail::errno_text(last_errno ? last_errno : EINVAL));
+  master_ = host_port(host, port_);
+  if (world_size_ > 0 && startup_timeout.count() > 0) progress_.emplace(startup_timeout);
   wake_ = detail::unique_fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wake_) throw config_error("store: eventfd: " + detail::errno_text(errno));
   thread_ = std::thread([this] { serve(); });
@@ -101,6 +103,7 @@ TUTTI_DECL void store_server::serve() {
                                   : std::min(timeout_ms, static_cast<int>(std::min<long long>(l, 60000)));
     };
     for (auto& p : pending_) until(p.deadline);
+    if (progress_ && progress_->next() != clock::time_point::max()) until(progress_->next());
     std::size_t silent = 0;
     for (auto& [id, c] : conns)
       if (!c.hello && !c.closing) until(c.accepted + hello_within), ++silent;
@@ -161,6 +164,7 @@ TUTTI_DECL void store_server::serve() {
         c.out.clear();
       }
     expire_and_answer(conns);
+    startup_word();
     for (auto it = conns.begin(); it != conns.end();) {
       conn& c = it->second;
       while (!c.out.empty()) {
@@ -290,13 +294,46 @@ TUTTI_DECL void store_server::expire_and_answer(std::map<std::uint64_t, conn>& c
       if (!data_.count(k)) missing += (missing.empty() ? "" : ", ") + k;
     if (!problem_.empty()) reply(cit->second, status::failed, problem_);
     else if (missing.empty()) reply(cit->second, status::ok, it->get ? std::string_view(data_[it->keys[0]]) : "");
-    else if (now >= it->deadline) reply(cit->second, status::timeout, missing);
+    else if (now >= it->deadline) {
+      // During a watched start-up, the ranks that never signed in follow the keys, after a
+      // newline: the client names them (store::call).
+      const auto absent = not_signed_in();
+      reply(cit->second, status::timeout, absent.empty() ? missing : missing + "\n" + detail::rank_list(absent, false));
+    }
     else {
       ++it;
       continue;
     }
     it = pending_.erase(it);
   }
+}
+
+TUTTI_DECL std::vector<int> store_server::not_signed_in() const {
+  std::vector<int> out;
+  if (!progress_ || !problem_.empty()) return out;
+  for (int r = 0; r < world_size_; ++r)
+    if (!ranks_.count(r)) out.push_back(r);
+  return out;
+}
+
+TUTTI_COLD TUTTI_DECL void store_server::startup_word() {
+  if (!progress_) return;
+  const auto absent = not_signed_in();
+  if (absent.empty()) {  // every rank is in (or a problem fails the start-up): the watch is over
+    progress_.reset();
+    return;
+  }
+  const auto now = clock::now();
+  if (!progress_->due(now)) return;
+  const std::vector<int> in(ranks_.begin(), ranks_.end());
+  const std::string line =
+      "[tutti store " + where_ + "] start-up: after " + detail::seconds_said(detail::until(progress_->start(), now)) +
+      ", " + std::to_string(in.size()) + " of " + std::to_string(world_size_) + " ranks signed in (" +
+      (in.empty() ? "none" : detail::rank_list(in, false)) + "); waiting for " + detail::rank_list(absent) +
+      " to sign in to the store at MASTER_ADDR:MASTER_PORT = " + master_ +
+      " (not started yet, or started with another MASTER_ADDR or MASTER_PORT?); giving up in " +
+      detail::seconds_said(detail::until(now, progress_->deadline())) + "\n";
+  std::fputs(line.c_str(), stderr);
 }
 
 }  // namespace tutti

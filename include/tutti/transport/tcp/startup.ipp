@@ -119,7 +119,8 @@ TUTTI_COLD TUTTI_DECL std::shared_ptr<connections> connect_all(const job_env& jo
   const auto deadline = clock::now() + cfg.timeout;
   if (job.rank == 0)
     m->server = how.server ? std::move(how.server)
-                           : std::make_shared<store_server>(master, job.master_port, job.world_size, token, job.job_id);
+                           : std::make_shared<store_server>(master, job.master_port, job.world_size, token, job.job_id,
+                                                            cfg.timeout);  // says who it waits for, if start-up lasts
   // A successor's ranks sign in anonymously, to a store of the job it succeeds (a grow's: the
   // world's, under its first job id): no rank and no job id to check.
   store kv(master, job.master_port, how.successor ? -1 : job.rank, how.successor ? 0 : job.world_size, token, cfg.timeout,
