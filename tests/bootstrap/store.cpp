@@ -382,6 +382,27 @@ TEST_CASE("store: a start-up that lasts names who signed in and who did not, ear
   CHECK(error.find("signed in") == std::string::npos);
 }
 
+TEST_CASE("store: a rank that cannot reach the store says so while it retries, with the address") {
+  int port;
+  {
+    store_server s("127.0.0.1", 0, 0, "");
+    port = s.port();
+  }  // closed: nobody listens there now
+  std::string log, error;
+  {
+    test::stderr_capture capture;
+    error = message_of<timeout_error>([&] { store("127.0.0.1", port, 1, 2, "", 1500ms); });
+    log = capture.text();
+  }
+  const std::string where = "127.0.0.1:" + std::to_string(port);
+  CAPTURE(log);
+  const std::string head = "[tutti rank 1] start-up: cannot reach the store at MASTER_ADDR:MASTER_PORT = " + where;
+  CHECK(log.rfind(head + " for 1", 0) == 0);  // "1 s", or a little more
+  CHECK(log.find("(Connection refused); still trying, for 0.") != std::string::npos);
+  CHECK(std::count(log.begin(), log.end(), '\n') == 1);
+  CHECK(error.find("cannot reach the store at MASTER_ADDR:MASTER_PORT = " + where) != std::string::npos);
+}
+
 namespace {
 /// Another program on the port: it listens, accepts one connection, sends `answer` (maybe
 /// nothing) and keeps the connection open until destroyed.

@@ -9,10 +9,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 #include <utility>
 
+#include "tutti/bootstrap/progress.hpp"
 #include "tutti/bootstrap/store/client.hpp"
 
 namespace tutti {
@@ -24,13 +26,19 @@ TUTTI_COLD TUTTI_DECL store::store(const std::string& host, int port, int rank, 
   if (token.size() > max_token) throw config_error("TUTTI_JOB_TOKEN is longer than " + std::to_string(max_token) + " bytes");
   if (job_id.size() > max_job_id) throw config_error("the job id is longer than " + std::to_string(max_job_id) + " bytes");
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  // A rank that cannot reach the store says so itself while it retries (the store, rank 0's,
+  // cannot know of it): early, then at growing intervals (bootstrap/progress.hpp).
+  detail::startup_progress progress(timeout);
   std::string why = "no address";
   for (auto pause = std::chrono::milliseconds(5);; pause = std::min(pause * 2, std::chrono::milliseconds(100))) {
     std::string rwhy;
+    // An attempt that hangs (a host that drops the SYN) gives way to the next word, after 1 s.
+    const auto by =
+        std::min(deadline, std::max(std::chrono::steady_clock::now() + std::chrono::seconds(1), progress.next()));
     for (const auto& a : resolve(host, port, false, rwhy)) {
       detail::unique_fd fd(::socket(a.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
       if (!fd) continue;
-      if (connect_by(fd.get(), a, deadline, why)) {
+      if (connect_by(fd.get(), a, by, why)) {
         fd_ = std::move(fd);
         break;
       }
@@ -41,6 +49,14 @@ TUTTI_COLD TUTTI_DECL store::store(const std::string& host, int port, int rank, 
       throw timeout_error("store: cannot reach the store at MASTER_ADDR:MASTER_PORT = " + where_ + " after " +
                           std::to_string(timeout.count()) + " ms (" + why +
                           "); is rank 0 running, and do all ranks use the same MASTER_ADDR and MASTER_PORT?");
+    if (const auto now = std::chrono::steady_clock::now(); progress.due(now)) {
+      const std::string line = (rank >= 0 ? "[tutti rank " + std::to_string(rank) + "]" : std::string("[tutti]")) +
+                               " start-up: cannot reach the store at MASTER_ADDR:MASTER_PORT = " + where_ + " for " +
+                               detail::seconds_said(detail::until(progress.start(), now)) + " (" + why +
+                               "); still trying, for " + detail::seconds_said(left(deadline)) +
+                               " more (is rank 0 running, with the same MASTER_ADDR and MASTER_PORT?)\n";
+      std::fputs(line.c_str(), stderr);
+    }
     std::this_thread::sleep_for(std::min(pause, std::max(left(deadline), std::chrono::milliseconds(1))));
   }
   const int one = 1;
