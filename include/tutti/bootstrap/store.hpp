@@ -41,6 +41,17 @@
 ///   wait of the job with the same message (naming both ranks and both values), so no rank hangs
 ///   until its deadline. Once every rank has signed in, such a client is none of the job's ranks:
 ///   it alone is refused (it learns why), and the job goes on as if it had never come.
+/// - A start-up that lasts says what it waits for (bootstrap/progress.hpp), one line on stderr
+///   after a quarter of TUTTI_TIMEOUT (at least 1 s, at most 3 s), then each time the wait has
+///   doubled. Rank 0's store names for all the ranks that have signed in and those that have
+///   not, and where it listens ("[tutti store 127.0.0.1:29500] start-up: after 3 s, 2 of 4 ranks signed
+///   in (0, 1); waiting for ranks 2, 3 to sign in to the store at MASTER_ADDR:MASTER_PORT =
+///   127.0.0.1:29500 (...)"); a rank that cannot reach the store says so itself, naming the
+///   address it tries ("[tutti rank 2] start-up: cannot reach the store at ..."). At the deadline
+///   every waiting rank's `timeout_error` names the ranks that never signed in ("store: ranks 2, 3
+///   never signed in to the store at 127.0.0.1:29500 (not started, or started with another
+///   MASTER_ADDR or MASTER_PORT?); ..."): the store sends them after the missing keys of its
+///   timeout reply, following a newline. A start-up done within the first interval prints nothing.
 /// - Port 0 asks the kernel for a free port; `store_server::port()` tells which. (Ranks need a
 ///   known `MASTER_PORT` to find the store, so in a job port 0 is what the ranks' own data
 ///   listeners use: they publish their real ports here.)
