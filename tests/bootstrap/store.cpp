@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tutti/bootstrap/progress.hpp>
 #include <tutti/bootstrap/store.hpp>
 #include <vector>
 
@@ -65,9 +66,10 @@ struct raw_conn {
   }
 };
 
-std::string hello(const std::string& token, int rank = -1, int world = 0) {
+std::string hello(const std::string& token, int rank = -1, int world = 0, const std::string& job_id = "") {
   detail::store_impl::writer w;
   w.num(detail::store_impl::magic).num(detail::store_impl::version).num(std::int32_t{rank}).num(std::int32_t{world}).str(token);
+  w.str(job_id);
   return w.out;
 }
 }  // namespace
@@ -179,6 +181,68 @@ TEST_CASE("store: a wrong world size or a duplicate rank fails the whole start-u
   }
 }
 
+TEST_CASE("store: a rank claimed again once every rank signed in is refused, and the job's store carries on") {
+  // The job's ranks have all signed in; then a process with the job's token claims rank 1 (a
+  // leftover of an earlier job on the same port and token, or a RANK typo in a late start).
+  store_server server("127.0.0.1", 0, 2, "tok");
+  store r0("127.0.0.1", server.port(), 0, 2, "tok", 5s);
+  store r1("127.0.0.1", server.port(), 1, 2, "tok", 5s);
+  r0.set("tutti/addr/0", "here");
+  CHECK(message_of<config_error>([&] { store("127.0.0.1", server.port(), 1, 2, "tok", 5s); })
+            .find("two processes claim rank 1") != std::string::npos);
+  CHECK(message_of<config_error>([&] { store("127.0.0.1", server.port(), 5, 2, "tok", 5s); }).find("rank 5") !=
+        std::string::npos);
+  CHECK(message_of<config_error>([&] { store("127.0.0.1", server.port(), 0, 3, "tok", 5s); })
+            .find("says the world has 3 ranks") != std::string::npos);
+  // The members' store is as it was: a wait answered by a later set, a get, an add, and an
+  // anonymous client's wait (a grow's), none answered with the intruder's problem.
+  std::thread later([&] {
+    std::this_thread::sleep_for(50ms);
+    r0.set("later", "set");
+  });
+  std::string got;
+  CHECK_NOTHROW(got = r1.get("later", 5s));
+  later.join();
+  CHECK(got == "set");
+  long long n = 0;
+  CHECK_NOTHROW(n = r0.add("n", 2));
+  CHECK(n == 2);
+  store anonymous("127.0.0.1", server.port(), -1, 0, "tok", 5s);
+  const std::vector<std::string> keys{"tutti/addr/0", "later", "n"};
+  CHECK_NOTHROW(anonymous.wait(keys, 1s));
+}
+
+TEST_CASE("store: a client of another job is refused, naming both job ids, and the job carries on") {
+  store_server server("127.0.0.1", 0, 2, "tok", "job-b");
+  store r0("127.0.0.1", server.port(), 0, 2, "tok", 5s, "job-b");
+  // During start-up: a process of an earlier job with the same port and token claims rank 1. It
+  // is refused, the start-up is not failed, and rank 1 is still free for the job's own.
+  const auto msg = message_of<config_error>([&] { store("127.0.0.1", server.port(), 1, 2, "tok", 5s, "job-a"); });
+  CHECK(msg.find("refused this process: another job") != std::string::npos);
+  CHECK(msg.find("job id is 'job-a', the store's is 'job-b'") != std::string::npos);
+  store r1("127.0.0.1", server.port(), 1, 2, "tok", 5s, "job-b");
+  // After start-up too, anonymous or not.
+  CHECK(message_of<config_error>([&] { store("127.0.0.1", server.port(), -1, 0, "tok", 5s, "job-a"); })
+            .find("another job") != std::string::npos);
+  r1.set("k", "v");
+  std::string got;
+  CHECK_NOTHROW(got = r0.get("k", 1s));
+  CHECK(got == "v");
+  // A client that does not know the job's id (a joiner, a tool) is let in.
+  store anonymous("127.0.0.1", server.port(), -1, 0, "tok", 5s);
+  CHECK(anonymous.get("k", 1s) == "v");
+}
+
+TEST_CASE("store: a hello of another protocol version is refused, naming both versions") {
+  store_server server("127.0.0.1", 0, 0, "t");
+  raw_conn c(server.port());
+  detail::store_impl::writer v1;  // version 1: no job id after the token
+  v1.num(detail::store_impl::magic).num(std::uint32_t{1}).num(std::int32_t{0}).num(std::int32_t{2}).str("t");
+  c.send(v1.out);
+  CHECK(c.drain().find("protocol version 1 differs from the store's " + std::to_string(detail::store_impl::version)) !=
+        std::string::npos);
+}
+
 TEST_CASE("store: malformed messages get an error and a closed connection, never a crash") {
   store_server server("127.0.0.1", 0, 0, "t");
   using namespace detail::store_impl;
@@ -250,6 +314,93 @@ TEST_CASE("store: an unreachable master is retried until the deadline, then name
   store c("127.0.0.1", port, -1, 0, "", 5s);
   starter.join();
   c.set("x", "1");
+}
+
+TEST_CASE("start-up progress: the first word after a quarter of the deadline (1 to 3 s), then as the wait doubles") {
+  using detail::startup_progress;
+  using clock = startup_progress::clock;
+  CHECK(startup_progress::first_word(300s) == 3s);
+  CHECK(startup_progress::first_word(8s) == 2s);
+  CHECK(startup_progress::first_word(4s) == 1s);
+  CHECK(startup_progress::first_word(2s) == 1s);
+  const auto t0 = clock::now();
+  startup_progress p(300s, t0);
+  std::vector<long long> said;  // the seconds at which a word was due, looked at every 100 ms
+  for (auto t = t0; t < t0 + 400s; t += 100ms)
+    if (p.due(t)) said.push_back(std::chrono::duration_cast<std::chrono::seconds>(t - t0).count());
+  CHECK(said == std::vector<long long>{3, 6, 12, 24, 48, 96, 192});  // none at or past the deadline
+  CHECK(p.next() == clock::time_point::max());
+  startup_progress late(4s, t0);  // looked at late: one word, the intervals it slept through skipped
+  CHECK_FALSE(late.due(t0 + 999ms));
+  CHECK(late.due(t0 + 2500ms));
+  CHECK_FALSE(late.due(t0 + 2600ms));
+  CHECK(late.next() == clock::time_point::max());  // 4 s: the deadline's, where the error speaks
+  CHECK(detail::rank_list({2}) == "rank 2");
+  CHECK(detail::rank_list({2, 3}) == "ranks 2, 3");
+  CHECK(detail::rank_list({0, 1, 2, 3, 5, 7, 8, 9}) == "ranks 0-3, 5, 7-9");
+  CHECK(detail::rank_list({0, 1}, false) == "0, 1");
+  CHECK(detail::seconds_said(1000ms) == "1 s");
+  CHECK(detail::seconds_said(2460ms) == "2.5 s");
+  CHECK(detail::seconds_said(299999ms) == "300 s");
+}
+
+TEST_CASE("store: a start-up that lasts names who signed in and who did not, early, and at the deadline") {
+  std::string log, error;
+  int port = 0;
+  {
+    test::stderr_capture capture;
+    store_server server("127.0.0.1", 0, 3, "tok", "job", 1500ms);  // a word due at 1 s
+    port = server.port();
+    store r0("127.0.0.1", port, 0, 3, "tok", 5s, "job");
+    store r1("127.0.0.1", port, 1, 3, "tok", 5s, "job");
+    r0.set("tutti/addr/0", "x");
+    error = message_of<timeout_error>([&] { r1.get("tutti/addr/2", 1200ms); });  // rank 2 never comes
+    log = capture.text();
+  }
+  const std::string where = "127.0.0.1:" + std::to_string(port);
+  CAPTURE(log);
+  CHECK(log.rfind("[tutti store " + where + "] start-up: after 1", 0) == 0);  // "1 s", or a little more
+  const std::string middle = ", 2 of 3 ranks signed in (0, 1); waiting for rank 2 to sign in to the store at "
+                             "MASTER_ADDR:MASTER_PORT = " + where + " (not started yet, or started with another "
+                             "MASTER_ADDR or MASTER_PORT?); giving up in 0.";  // 0.5 s, or a little less
+  CHECK(log.find(middle) != std::string::npos);
+  CHECK(std::count(log.begin(), log.end(), '\n') == 1);
+  CHECK(error == "store: rank 2 never signed in to the store at " + where +
+                     " (not started, or started with another MASTER_ADDR or MASTER_PORT?); timed out after 1200 ms "
+                     "waiting for key(s) tutti/addr/2: timed out");
+  // Once every rank is in, the store is quiet, and a wait that times out names only its keys.
+  {
+    test::stderr_capture capture;
+    store_server server("127.0.0.1", 0, 2, "tok", "job", 1500ms);
+    store r0("127.0.0.1", server.port(), 0, 2, "tok", 5s, "job");
+    store r1("127.0.0.1", server.port(), 1, 2, "tok", 5s, "job");
+    error = message_of<timeout_error>([&] { r1.get("never", 1100ms); });
+    log = capture.text();
+  }
+  CHECK(log.empty());
+  CHECK(error.find("waiting for key(s) never at 127.0.0.1:") != std::string::npos);
+  CHECK(error.find("signed in") == std::string::npos);
+}
+
+TEST_CASE("store: a rank that cannot reach the store says so while it retries, with the address") {
+  int port;
+  {
+    store_server s("127.0.0.1", 0, 0, "");
+    port = s.port();
+  }  // closed: nobody listens there now
+  std::string log, error;
+  {
+    test::stderr_capture capture;
+    error = message_of<timeout_error>([&] { store("127.0.0.1", port, 1, 2, "", 1500ms); });
+    log = capture.text();
+  }
+  const std::string where = "127.0.0.1:" + std::to_string(port);
+  CAPTURE(log);
+  const std::string head = "[tutti rank 1] start-up: cannot reach the store at MASTER_ADDR:MASTER_PORT = " + where;
+  CHECK(log.rfind(head + " for 1", 0) == 0);  // "1 s", or a little more
+  CHECK(log.find("(Connection refused); still trying, for 0.") != std::string::npos);
+  CHECK(std::count(log.begin(), log.end(), '\n') == 1);
+  CHECK(error.find("cannot reach the store at MASTER_ADDR:MASTER_PORT = " + where) != std::string::npos);
 }
 
 namespace {
@@ -330,15 +481,17 @@ TEST_CASE("store: the server going away is peer_lost, not a hang") {
 
 TEST_CASE("store: the parsers take bytes and give a message, 'incomplete', or malformed") {
   using namespace detail::store_impl;
-  const std::string h = hello("tok", 2, 4);
+  const std::string h = hello("tok", 2, 4, "job");
   for (std::size_t n = 0; n < h.size(); ++n) CHECK_FALSE(parse_hello(std::string_view(h).substr(0, n)));
   const std::string h_and_more = h + "extra";  // the parsed message points into it
   const auto got = parse_hello(h_and_more);
   REQUIRE(got);
   CHECK(got->token == "tok");
+  CHECK(got->job_id == "job");
   CHECK(got->rank == 2);
   CHECK(got->world == 4);
   CHECK(got->size == h.size());
+  CHECK(hello(std::string(max_token, 't'), 0, 1, std::string(max_job_id, 'j')).size() == max_hello_bytes);
   writer body;
   body.num(static_cast<std::uint8_t>(opcode::wait)).num(std::uint64_t{100}).num(std::uint32_t{2}).str("a").str("bb");
   const std::string f = frame(body.out);
@@ -363,6 +516,14 @@ TEST_CASE("store: the parsers take bytes and give a message, 'incomplete', or ma
   big_token.num(magic).num(version).num(std::int32_t{0}).num(std::int32_t{1}).num(std::uint32_t{1} << 31);
   CHECK(reason([&] { parse_hello(big_token.out); }) == "token of 2147483648 bytes");
   CHECK(reason([] { parse_hello(std::string(24, 'G')); }) == "not a tutti store client (wrong magic) [stranger]");
+  const std::string no_job = hello("tok", 0, 1).substr(0, hello_fixed + 3);
+  CHECK(reason([&] { parse_hello(no_job + std::string("\x01\x01\0\0", 4)); }) == "job id of 257 bytes");
+  writer old_version;  // another version's hello ends after its token: enough to refuse it
+  old_version.num(magic).num(std::uint32_t{1}).num(std::int32_t{0}).num(std::int32_t{1}).str("tok");
+  const auto v1 = parse_hello(old_version.out);
+  REQUIRE(v1);
+  CHECK(v1->version == 1);
+  CHECK(v1->size == old_version.out.size());
   writer many;
   many.num(static_cast<std::uint8_t>(opcode::wait)).num(std::uint64_t{1}).num(std::uint32_t{5000});
   CHECK(reason([&] { parse_request(frame(many.out)); }) == "wait for 5000 keys");

@@ -18,8 +18,12 @@ def s(b):
     return struct.pack("<I", len(b)) + b
 
 
-def store_hello(token="tok", rank=0, world=2, version=1):
-    return struct.pack("<QIii", STORE_MAGIC, version, rank, world) + s(token)
+STORE_VERSION = 2  # 2: the hello carries the job id after the token
+
+
+def store_hello(token="tok", rank=0, world=2, version=STORE_VERSION, job="unit"):
+    hello = struct.pack("<QIii", STORE_MAGIC, version, rank, world) + s(token)
+    return hello + s(job) if version == STORE_VERSION else hello  # another version ends after the token
 
 
 def frame(body):
@@ -45,11 +49,14 @@ def op_add(k, delta):
 store = {
     "session": store_hello() + op_set("tutti/addr/1", "127.0.0.1 40000") + op_get("tutti/addr/1")
     + op_wait(["a", "bb"]) + op_add("n", 5),
-    "anonymous_hello": store_hello("", -1, 0),
+    "anonymous_hello": store_hello("", -1, 0, job=""),
     "hello_cut_short": store_hello()[:10],
+    "hello_cut_in_job_id": store_hello(job="a-longer-job-id")[:-4],
     "wrong_magic": b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
-    "wrong_version": store_hello(version=2) + op_set("k", "v"),
-    "token_of_4GiB": struct.pack("<QIiiI", STORE_MAGIC, 1, 0, 2, 0xFFFFFFFF),
+    "old_version": store_hello(version=1) + op_set("k", "v"),
+    "wrong_version": store_hello(version=3) + op_set("k", "v"),
+    "token_of_4GiB": struct.pack("<QIiiI", STORE_MAGIC, STORE_VERSION, 0, 2, 0xFFFFFFFF),
+    "job_id_of_4GiB": store_hello(job="")[:-4] + struct.pack("<I", 0xFFFFFFFF),
     "frame_of_4GiB": store_hello() + b"\xff\xff\xff\xff",
     "key_past_frame": store_hello() + frame(struct.pack("<BI", SET, 1000) + b"abc"),
     "unknown_operation": store_hello() + frame(b"\x63"),

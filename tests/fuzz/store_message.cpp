@@ -21,7 +21,8 @@ void serve(std::string_view in) {
   try {
     const auto h = parse_hello(in);
     if (!h) return;
-    if (h->size > hello_fixed + max_token) __builtin_trap();  // the cap on what one hello takes
+    if (h->size > max_hello_bytes) __builtin_trap();  // the cap on what one hello takes
+    if (h->token.size() > max_token || h->job_id.size() > max_job_id) __builtin_trap();
     in.remove_prefix(h->size);
     while (const auto q = parse_request(in)) {
       if (q->size < 5 || q->size > in.size()) __builtin_trap();

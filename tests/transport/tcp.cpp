@@ -4,18 +4,26 @@
 #include <doctest/doctest.h>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cerrno>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <latch>
 #include <memory>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <tutti/bootstrap/store.hpp>
+#include <utility>
 #include <tutti/transport/tcp.hpp>
 #include <vector>
 
@@ -34,13 +42,14 @@ struct setup {
   std::string master = "127.0.0.1";
   tcp_options opt{};
   std::chrono::milliseconds timeout = 10s;
+  int port = 0;  // the store's MASTER_PORT; 0: a free one
   std::function<void(int, job_env&, std::string& token)> tweak = [](int, job_env&, std::string&) {};
 };
 
 /// Starts `s.n` ranks as threads and runs `body(transport)` on each; returns what each rank
 /// threw ("" when it returned).
 std::vector<std::string> run_tcp(const setup& s, const std::function<void(tcp&)>& body) {
-  const int port = free_port();
+  const int port = s.port ? s.port : free_port();
   std::vector<std::string> outcome(static_cast<std::size_t>(s.n));
   std::vector<std::thread> ts;
   for (int r = 0; r < s.n; ++r)
@@ -77,6 +86,19 @@ header make_header(std::size_t bytes, std::uint64_t count = 7) {
 }
 
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+/// What `f` threw as `E` ("no exception" when it returned; "wrong exception: ..." for another).
+template <class E, class F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("wrong exception: ") + e.what();
+  }
+  return "no exception";
+}
 
 }  // namespace
 
@@ -364,6 +386,82 @@ TEST_CASE("tcp: start-up refuses a wrong world size, a duplicate rank, a wrong t
   }
 }
 
+TEST_CASE("tcp: a late duplicate rank or a process of another job is refused, and the job still grows") {
+  // Once the job runs, a process with its token claims rank 1 at the store: one with the job's
+  // id (a duplicate RANK), one of an earlier job on the same port and token. Both are refused;
+  // the members then grow by a joiner (a thread: TUTTI_JOIN=1 through tcp::from_env) and run a
+  // collective in the grown world.
+  setup s;
+  s.port = free_port();
+  s.timeout = 5s;
+  const std::string port = std::to_string(s.port);
+  // For the joiner's tcp::from_env, set before any thread runs; as they were afterwards.
+  const std::vector<std::pair<const char*, std::string>> joiner_env{
+      {"TUTTI_JOIN", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}, {"TUTTI_JOB_TOKEN", "token"}, {"TUTTI_TIMEOUT", "5"}};
+  std::vector<std::optional<std::string>> saved;
+  for (const auto& [name, value] : joiner_env) {
+    const char* was = std::getenv(name);
+    saved.push_back(was ? std::optional<std::string>(was) : std::nullopt);
+    ::setenv(name, value.c_str(), 1);
+  }
+  std::string duplicate, other_job, joiner = "not run";
+  const auto sum_of_ranks = [](tcp& t) {
+    config c;
+    c.timeout = 5s;
+    communicator<tcp> comm(std::move(t), {}, c);
+    std::vector<int> v(4, comm.rank());
+    comm.all_reduce(view(v));
+    return v[0];
+  };
+  const auto out = run_tcp(s, [&](tcp& t) {
+    std::thread joining;
+    struct join_at_exit {
+      std::thread& t;
+      ~join_at_exit() {
+        if (t.joinable()) t.join();
+      }
+    } guard{joining};
+    if (t.rank() == 0) {
+      duplicate = message_of<config_error>([&] { store("127.0.0.1", s.port, 1, 2, "token", 5s); });
+      other_job = message_of<config_error>([&] {
+        job_env j;
+        j.rank = j.local_rank = 1;
+        j.world_size = j.local_world_size = 2;
+        j.master_addr = "127.0.0.1";
+        j.master_port = s.port;
+        j.job_id = "an-earlier-job";
+        j.source = "test";
+        config c;
+        c.timeout = 2s;
+        tcp::create(j, c, tcp_options{}, "token");
+      });
+      joining = std::thread([&] {
+        try {
+          tcp j = tcp::from_env();
+          CHECK(j.rank() == 2);
+          CHECK(sum_of_ranks(j) == 3);
+          joiner = "";
+        } catch (const std::exception& e) {
+          joiner = std::string("threw: ") + e.what();
+        }
+      });
+    }
+    tcp grown = t.grow(1, 5s);
+    CHECK(grown.size() == 3);
+    CHECK(sum_of_ranks(grown) == 3);
+  });
+  for (std::size_t i = 0; i < joiner_env.size(); ++i) {
+    if (saved[i]) ::setenv(joiner_env[i].first, saved[i]->c_str(), 1);
+    else ::unsetenv(joiner_env[i].first);
+  }
+  for (const auto& o : out) CHECK(o == "");
+  CHECK(joiner == "");
+  CHECK(has(duplicate, "two processes claim rank 1"));
+  CHECK(has(other_job, "another job"));
+  CHECK(has(other_job, "'an-earlier-job'"));
+  CHECK(has(other_job, "'unit'"));
+}
+
 TEST_CASE("tcp: IPv6 and TUTTI_SOCKET_IFNAME") {
   SUBCASE("::1") {
     setup s;
@@ -398,8 +496,15 @@ namespace {
 /// A raw connection to a rank's listener, for bytes no rank would send.
 struct raw_peer {
   int fd = -1;
-  raw_peer(const std::string& host, int port) {
+  /// Connects to `host:port`, from the address `source` when one is given.
+  raw_peer(const std::string& host, int port, const std::string& source = "") {
     fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (!source.empty()) {
+      sockaddr_in b{};
+      b.sin_family = AF_INET;
+      ::inet_pton(AF_INET, source.c_str(), &b.sin_addr);
+      REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&b), sizeof b) == 0);
+    }
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(static_cast<std::uint16_t>(port));
@@ -409,11 +514,23 @@ struct raw_peer {
     ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   }
   ~raw_peer() { ::close(fd); }
+  /// Whether this host lets a socket bind to `source` (any 127.x.y.z on Linux's loopback).
+  static bool can_bind(const std::string& source) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in b{};
+    b.sin_family = AF_INET;
+    ::inet_pton(AF_INET, source.c_str(), &b.sin_addr);
+    const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&b), sizeof b) == 0;
+    ::close(fd);
+    return ok;
+  }
   std::string address() const {
     sockaddr_in a{};
     socklen_t len = sizeof a;
     ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    return "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+    char host[INET_ADDRSTRLEN] = {};
+    ::inet_ntop(AF_INET, &a.sin_addr, host, sizeof host);
+    return std::string(host) + ":" + std::to_string(ntohs(a.sin_port));
   }
   /// Sends `bytes` (then closes this side when `close_write`) and returns all the rank answers
   /// until it closes the connection.
@@ -527,14 +644,29 @@ TEST_CASE("tcp: connections without this job's hello are refused and logged, and
       lines.push_back(prefix + c.address() + ": " + refused);
     }
     {
-      // Silent connections past the cap: the oldest are closed to make room for newer ones.
+      // Silent connections past the caps: the oldest are closed to make room for newer ones,
+      // first those of the address that has its share (127.0.0.1's), then, from other
+      // addresses, the oldest of all once the queue is full.
       using detail::net::max_silent;
+      using detail::net::max_silent_per_address;
       std::vector<std::unique_ptr<raw_peer>> quiet;
-      for (std::size_t i = 0; i < max_silent + 2; ++i) quiet.push_back(std::make_unique<raw_peer>(host, port));
+      for (std::size_t i = 0; i < max_silent_per_address + 2; ++i) quiet.push_back(std::make_unique<raw_peer>(host, port));
       for (std::size_t i = 0; i < 2; ++i) {
         CHECK(quiet[i]->exchange("").empty());
-        lines.push_back(prefix + quiet[i]->address() + ": closed for a newer one: " + std::to_string(max_silent) +
-                        " connections were waiting to say hello");
+        lines.push_back(prefix + quiet[i]->address() + ": closed for a newer one: " +
+                        std::to_string(max_silent_per_address) + " connections from 127.0.0.1 were waiting to say hello");
+      }
+      if (raw_peer::can_bind("127.0.0.2") && raw_peer::can_bind("127.0.0.3")) {
+        for (std::size_t i = 0; i < max_silent - max_silent_per_address; ++i)
+          quiet.push_back(std::make_unique<raw_peer>(host, port, "127.0.0.2"));
+        for (std::size_t i = 0; i < 2; ++i) quiet.push_back(std::make_unique<raw_peer>(host, port, "127.0.0.3"));
+        for (std::size_t i = 2; i < 4; ++i) {
+          CHECK(quiet[i]->exchange("").empty());
+          lines.push_back(prefix + quiet[i]->address() + ": closed for a newer one: " + std::to_string(max_silent) +
+                          " connections were waiting to say hello");
+        }
+      } else {
+        MESSAGE("cannot bind to 127.0.0.2 or 127.0.0.3 here: the cap on all silent connections is not checked");
       }
     }
   };
@@ -551,13 +683,139 @@ TEST_CASE("tcp: connections without this job's hello are refused and logged, and
     log = capture.text();
   }
   for (const auto& o : out) CHECK(o == "");
-  REQUIRE(lines.size() == 7);
+  REQUIRE(lines.size() >= 7);
   for (const auto& l : lines) {
     CAPTURE(l);
     CHECK(has(log, l));
   }
   CHECK_FALSE(has(log, "s3cret"));
   CHECK_FALSE(has(log, "not-the-token"));
+}
+
+namespace {
+/// Connections that connect to a rank's port and never say a word (a port scanner, a stuck or
+/// stopped client), held open until destroyed.
+struct idle_connections {
+  std::vector<int> fds;
+  idle_connections() = default;
+  idle_connections(const idle_connections&) = delete;
+  idle_connections& operator=(const idle_connections&) = delete;
+  ~idle_connections() {
+    for (int fd : fds) ::close(fd);
+  }
+  /// `n` more to `host:port`: non-blocking connects, then a moment for the handshakes (a full
+  /// accept queue is not waited for: the kernel keeps retrying).
+  void open(const std::string& host, int port, int n) {
+    std::vector<pollfd> pending;
+    for (int i = 0; i < n; ++i) {
+      const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (fd < 0) throw std::runtime_error("socket: " + std::string(std::strerror(errno)));
+      fds.push_back(fd);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(static_cast<std::uint16_t>(port));
+      ::inet_pton(AF_INET, host.c_str(), &a.sin_addr);
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+        if (errno != EINPROGRESS) throw std::runtime_error("connect: " + std::string(std::strerror(errno)));
+        pending.push_back({fd, POLLOUT, 0});
+      }
+    }
+    const auto until = std::chrono::steady_clock::now() + 1s;
+    while (!pending.empty() && std::chrono::steady_clock::now() < until) {
+      ::poll(pending.data(), pending.size(), 10);
+      std::erase_if(pending, [](const pollfd& p) { return p.revents != 0; });
+    }
+  }
+};
+
+/// Where rank `r` of the job whose store is at 127.0.0.1:`store_port` listens (its "address
+/// port" in the store).
+std::pair<std::string, int> listener_of(int store_port, int r) {
+  store kv("127.0.0.1", store_port, -1, 0, "token", 5s);
+  const std::string where = kv.get("tutti/addr/" + std::to_string(r), 5s);
+  return {where.substr(0, where.find(' ')), std::stoi(where.substr(where.find(' ') + 1))};
+}
+}  // namespace
+
+TEST_CASE("tcp: idle connections to a rank's port hold up neither new_group nor split") {
+  // Rank 0 opens the idle connections once the job runs; then every rank makes two groups and
+  // runs a collective in each. Each rank reads the hellos of the connections waiting on its port
+  // side by side, so a silent one delays nobody: both groups are made well within the deadline
+  // (3 s; before, each idle connection held a rank's accept for up to 10 s, or to the deadline).
+  std::vector<int> idle_per_rank;
+  SUBCASE("one idle connection to every rank") { idle_per_rank = {1, 1, 1}; }
+  SUBCASE("200 idle connections to one rank") { idle_per_rank = {0, 0, 200}; }
+  setup s;
+  s.n = 3;
+  s.timeout = 3s;
+  s.port = free_port();
+  idle_connections idle;
+  std::latch opened(s.n);
+  std::vector<std::chrono::steady_clock::duration> took(static_cast<std::size_t>(s.n));
+  const auto out = run_tcp(s, [&](tcp& t) {
+    if (t.rank() == 0)
+      for (int r = 0; r < s.n; ++r) {
+        const auto [host, port] = listener_of(s.port, r);
+        idle.open(host, port, idle_per_rank[static_cast<std::size_t>(r)]);
+      }
+    opened.arrive_and_wait();
+    config c;
+    c.timeout = s.timeout;
+    communicator<tcp> comm(std::move(t), {}, c);
+    comm.set_timeout(s.timeout);
+    const int me = comm.rank();
+    const auto t0 = std::chrono::steady_clock::now();
+    auto all = comm.new_group({0, 1, 2});
+    auto half = comm.split(me % 2, me);
+    took[static_cast<std::size_t>(me)] = std::chrono::steady_clock::now() - t0;
+    if (!all || !half) throw std::runtime_error("a group this rank is in came back empty");
+    std::vector<int> v(4, me);
+    all->all_reduce(view(v));
+    CHECK(v[0] == 0 + 1 + 2);
+    std::vector<int> w(4, me);
+    half->all_reduce(view(w));
+    CHECK(w[0] == (me % 2 == 0 ? 0 + 2 : 1));
+  });
+  for (const auto& o : out) CHECK(o == "");
+  for (const auto& d : took) CHECK(d < s.timeout);
+}
+
+TEST_CASE("tcp: idle connections to the survivors' ports do not split a shrink") {
+  // Two idle connections to each rank's port, then rank 2 goes away (its transport closes, as a
+  // killed process's does). Ranks 0 and 1 shrink: both carry on, together, as ranks 0 and 1.
+  setup s;
+  s.n = 3;
+  s.timeout = 3s;
+  s.port = free_port();
+  idle_connections idle;
+  std::latch opened(s.n), gone(1);
+  std::vector<std::vector<int>> kept(static_cast<std::size_t>(s.n));
+  const auto out = run_tcp(s, [&](tcp& t) {
+    if (t.rank() == 0)
+      for (int r = 0; r < s.n; ++r) {
+        const auto [host, port] = listener_of(s.port, r);
+        idle.open(host, port, 2);
+      }
+    opened.arrive_and_wait();
+    const int me = t.rank();
+    if (me == 2) {
+      { tcp dying = std::move(t); }
+      gone.count_down();
+      return;
+    }
+    gone.wait();
+    tcp next = t.shrink(s.timeout, &kept[static_cast<std::size_t>(me)]);
+    CHECK(next.rank() == me);
+    config c;
+    c.timeout = s.timeout;
+    communicator<tcp> comm(std::move(next), {}, c);
+    std::vector<int> v(4, me);
+    comm.all_reduce(view(v));
+    CHECK(v[0] == 0 + 1);
+  });
+  for (const auto& o : out) CHECK(o == "");
+  CHECK(kept[0] == std::vector<int>{0, 1});
+  CHECK(kept[1] == std::vector<int>{0, 1});
 }
 
 TEST_CASE("tcp: without MASTER_ADDR the store listens on loopback only") {

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "tutti/bootstrap/local_rendezvous.hpp"
+#include "tutti/bootstrap/progress.hpp"
 
 namespace tutti::detail {
 
@@ -109,17 +110,32 @@ TUTTI_COLD TUTTI_DECL rendezvous_result serve_segment(const std::string& name, i
   std::vector<unique_fd> conns(static_cast<std::size_t>(world_size));
   int joined = 1;
   std::string problem;
+  // Rank 0 knows who has joined: it says so for all, early, then at growing intervals.
+  startup_progress progress(timeout);
+  auto who = [&](bool in) {
+    std::vector<int> out;
+    for (int r = 0; r < world_size; ++r)
+      if ((r == 0 || conns[static_cast<std::size_t>(r)]) == in) out.push_back(r);
+    return out;
+  };
   while (joined < world_size) {
     pollfd pf{listener.get(), POLLIN, 0};
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      std::string missing;
-      for (int r = 1; r < world_size; ++r)
-        if (!conns[static_cast<std::size_t>(r)]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-      throw timeout_error("shm start-up: rank 0 timed out after " + std::to_string(timeout.count()) +
-                          " ms waiting for rank(s) " + missing + " to join job '" + name + "'");
+    const auto now = std::chrono::steady_clock::now();
+    const auto left = until(now, deadline);
+    if (left.count() <= 0)
+      throw timeout_error("shm start-up: " + rank_list(who(false)) + " never joined job '" + name +
+                          "' on this host within " + std::to_string(timeout.count()) +
+                          " ms (not started, or started with another TUTTI_JOB_ID or MASTER_PORT?)");
+    if (progress.due(now)) {
+      const std::string line = "[tutti rank 0] shm start-up: after " + seconds_said(until(progress.start(), now)) + ", " +
+                               std::to_string(joined) + " of " + std::to_string(world_size) + " ranks joined job '" +
+                               name + "' on this host (" + rank_list(who(true), false) + "); waiting for " +
+                               rank_list(who(false)) + " (not started yet, or started with another TUTTI_JOB_ID or "
+                               "MASTER_PORT?); giving up in " + seconds_said(left) + "\n";
+      std::fputs(line.c_str(), stderr);
     }
-    if (::poll(&pf, 1, static_cast<int>(std::min<long long>(left.count(), 1000))) <= 0) continue;
+    const auto wait = std::min<long long>({left.count(), 1000, until(now, progress.next()).count() + 1});
+    if (::poll(&pf, 1, static_cast<int>(wait)) <= 0) continue;
     unique_fd c(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
     if (!c) continue;
     check_peer_uid(c.get(), "a process joining the job");
@@ -169,16 +185,28 @@ TUTTI_COLD TUTTI_DECL rendezvous_result serve_segment(const std::string& name, i
 TUTTI_COLD TUTTI_DECL rendezvous_result join_segment(const std::string& name, int rank, int world_size, std::uint64_t segment_bytes,
                                                      std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  // Rank 0 cannot know of a rank that cannot reach it: such a rank says so itself, early, then at
+  // growing intervals. Once in, it waits quietly: rank 0 speaks for all.
+  startup_progress progress(timeout);
   unique_fd c;
   for (auto pause = std::chrono::microseconds(200);; pause = std::min(pause * 2, std::chrono::microseconds(20000))) {
     c = unique_fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     socklen_t alen;
     sockaddr_un addr = abstract_address(name, alen);
     if (::connect(c.get(), reinterpret_cast<sockaddr*>(&addr), alen) == 0) break;
-    if (std::chrono::steady_clock::now() > deadline)
+    const int err = errno;
+    const auto now = std::chrono::steady_clock::now();
+    if (now > deadline)
       throw timeout_error("shm start-up: rank " + std::to_string(rank) + " timed out after " +
                           std::to_string(timeout.count()) + " ms waiting for rank 0 of job '" + name +
                           "' (is rank 0 running, with the same TUTTI_JOB_ID / MASTER_PORT?)");
+    if (progress.due(now)) {
+      const std::string line = "[tutti rank " + std::to_string(rank) + "] shm start-up: cannot reach rank 0 of job '" +
+                               name + "' on this host for " + seconds_said(until(progress.start(), now)) + " (" +
+                               errno_text(err) + "); still trying, for " + seconds_said(until(now, deadline)) +
+                               " more (is rank 0 running, with the same TUTTI_JOB_ID or MASTER_PORT?)\n";
+      std::fputs(line.c_str(), stderr);
+    }
     std::this_thread::sleep_for(pause);
   }
   check_peer_uid(c.get(), "rank 0");

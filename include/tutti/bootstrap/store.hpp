@@ -9,8 +9,8 @@
 /// - Lifetime: the server lives as long as the object that owns it (for `tutti::tcp`: rank 0's
 ///   transport and its copies), so the port stays taken for the whole job, as with torch.
 /// - Protocol: little-endian, length-prefixed frames. A client opens with a hello (magic,
-///   version, rank, world size, job token); the server answers with a welcome (ok or refused,
-///   and why). The parsers are pure functions of the bytes received (`store/wire.hpp`:
+///   version, rank, world size, job token, job id); the server answers with a welcome (ok or
+///   refused, and why). A hello of another version is refused naming both versions. The parsers are pure functions of the bytes received (`store/wire.hpp`:
 ///   `parse_hello`, `parse_request`, `parse_reply_head`; `net/codec.hpp`: `parse_answer_head`),
 ///   which the server, the client and the fuzz target `tests/fuzz/store_message.cpp` call alike. Every length is
 ///   checked against its cap before anything is allocated or buffered for it (`max_token` 256 B
@@ -22,6 +22,10 @@
 /// - Job token (`TUTTI_JOB_TOKEN`; tuttirun makes one): a client with another token is refused
 ///   and raises `config_error` saying so. The token keeps other jobs and strangers out; it
 ///   travels in clear and is no defence against someone who can read the network.
+/// - Job id: a client that names a job other than the store's (a process left over from an
+///   earlier job with the same MASTER_PORT and token) is refused, naming both ids; the store's
+///   own clients never notice. A client that names none (a joiner, a tool, the anonymous ranks
+///   of a job a shrink or a grow starts) is not checked.
 /// - Every refused or dropped connection (wrong token, version, world size or rank, malformed
 ///   or foreign bytes, a hello cut short) is logged on stderr, naming the client's address and
 ///   what was wrong, never the token: "[tutti store 127.0.0.1:29500] refused a connection from
@@ -33,8 +37,21 @@
 ///   host (behind a NAT, or a name that resolves elsewhere) does it listen on every address,
 ///   and it says so on stderr. `store_server::address()` tells which.
 /// - Start-up checks: a client claiming a rank some other client already claimed, or a world
-///   size different from rank 0's, is refused; the server then fails every wait of the job with
-///   the same message (naming both ranks and both values), so no rank hangs until its deadline.
+///   size different from rank 0's, is refused; while the job starts, the server then fails every
+///   wait of the job with the same message (naming both ranks and both values), so no rank hangs
+///   until its deadline. Once every rank has signed in, such a client is none of the job's ranks:
+///   it alone is refused (it learns why), and the job goes on as if it had never come.
+/// - A start-up that lasts says what it waits for (bootstrap/progress.hpp), one line on stderr
+///   after a quarter of TUTTI_TIMEOUT (at least 1 s, at most 3 s), then each time the wait has
+///   doubled. Rank 0's store names for all the ranks that have signed in and those that have
+///   not, and where it listens ("[tutti store 127.0.0.1:29500] start-up: after 3 s, 2 of 4 ranks signed
+///   in (0, 1); waiting for ranks 2, 3 to sign in to the store at MASTER_ADDR:MASTER_PORT =
+///   127.0.0.1:29500 (...)"); a rank that cannot reach the store says so itself, naming the
+///   address it tries ("[tutti rank 2] start-up: cannot reach the store at ..."). At the deadline
+///   every waiting rank's `timeout_error` names the ranks that never signed in ("store: ranks 2, 3
+///   never signed in to the store at 127.0.0.1:29500 (not started, or started with another
+///   MASTER_ADDR or MASTER_PORT?); ..."): the store sends them after the missing keys of its
+///   timeout reply, following a newline. A start-up done within the first interval prints nothing.
 /// - Port 0 asks the kernel for a free port; `store_server::port()` tells which. (Ranks need a
 ///   known `MASTER_PORT` to find the store, so in a job port 0 is what the ranks' own data
 ///   listeners use: they publish their real ports here.)

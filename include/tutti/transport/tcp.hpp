@@ -17,7 +17,11 @@
 ///   answer and the frame header are parsed by pure functions (`detail::tcp_impl::
 ///   parse_mesh_hello`, `store_impl::parse_answer_head`, `parse_frame_head`, in the Asio-free
 ///   tcp/wire.hpp), which the fuzz target `tests/fuzz/tcp_frame.cpp` calls too; an acceptor
-///   buffers at most one hello (`max_hello_bytes`, 548) per connection.
+///   buffers at most one hello (`max_hello_bytes`, 548) per connection. Start-up, a group's
+///   connections and a shrink serve the listening socket alike (`hello_queue`): the hellos of
+///   all waiting connections are read side by side as their bytes arrive, so one that says
+///   nothing delays no rank; it is closed after `hello_time` (a quarter of the deadline, 1 s
+///   to 10 s), and at most 64 wait at once, 32 from one address.
 /// - Sockets: `TCP_NODELAY`; `SO_SNDBUF`/`SO_RCVBUF` of `TUTTI_TCP_BUFFER_BYTES` (default 4 MiB,
 ///   applied only where the kernel's `net.core.[rw]mem_max` allows it, since a clamped buffer
 ///   is smaller than what autotuning reaches; set the variable to force it, 0 to leave the

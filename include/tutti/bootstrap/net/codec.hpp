@@ -19,6 +19,9 @@ namespace tutti::detail::net {
 
 /// The longest job token a hello may carry.
 inline constexpr std::size_t max_token = 256;
+/// The longest job id a hello may carry (TUTTI_JOB_ID is at most 64 bytes; a shrink or a grow
+/// appends to it).
+inline constexpr std::size_t max_job_id = 256;
 
 /// Appends little-endian integers and length-prefixed strings.
 struct writer {

@@ -19,8 +19,11 @@ namespace tutti::detail::net {
 /// Connections that have not yet said a complete hello: at most this many wait at once (a new
 /// one closes the oldest: a rank sends its hello as soon as it connects, so the newest is the
 /// likeliest to be one), each at most `hello_within`; so silent connections cannot use up the
-/// descriptors of the store or of the tcp mesh.
+/// descriptors of the store or of the tcp mesh. The tcp mesh also holds at most
+/// `max_silent_per_address` from one address (a new one closes the oldest of its address), so
+/// one host's connections cannot crowd out another's.
 inline constexpr std::size_t max_silent = 64;
+inline constexpr std::size_t max_silent_per_address = max_silent / 2;
 inline constexpr std::chrono::seconds hello_within{10};
 /// "host:port", with brackets for IPv6.
 inline std::string host_port(const std::string& host, int port) {

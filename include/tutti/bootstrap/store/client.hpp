@@ -22,17 +22,18 @@ namespace tutti {
 
 /// A client of the store. Blocking calls; each waits at most its timeout (plus a few seconds for
 /// a slow server) and raises `timeout_error`, `peer_lost` (the server went away) or
-/// `config_error` (refused: token, world size, duplicate rank; or what listens on the port is not
-/// a tutti store).
+/// `config_error` (refused: token, job id, world size, duplicate rank; or what listens on the
+/// port is not a tutti store).
 class store {
  public:
   /// Connects to `host:port`, retrying while the port refuses connections (the server may not be
   /// up yet) until `timeout` passes. Once connected, the welcome must come within
   /// `welcome_within` (5 s) and be tutti's: otherwise `config_error` at once, naming the address
   /// (another program holds the port). `rank` -1 and `world_size` 0: an anonymous client (tools,
-  /// tests).
+  /// tests). `job_id`: the job this client belongs to (a store of another job refuses it);
+  /// empty where it does not know it (a joiner, a tool).
   TUTTI_COLD store(const std::string& host, int port, int rank, int world_size, const std::string& token,
-        std::chrono::milliseconds timeout);
+        std::chrono::milliseconds timeout, const std::string& job_id = {});
 
   void set(std::string_view key, std::string_view value);
 

@@ -9,27 +9,36 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 #include <utility>
 
+#include "tutti/bootstrap/progress.hpp"
 #include "tutti/bootstrap/store/client.hpp"
 
 namespace tutti {
 
 TUTTI_COLD TUTTI_DECL store::store(const std::string& host, int port, int rank, int world_size, const std::string& token,
-                                    std::chrono::milliseconds timeout)
+                                    std::chrono::milliseconds timeout, const std::string& job_id)
     : where_(detail::store_impl::host_port(host, port)) {
   using namespace detail::store_impl;
   if (token.size() > max_token) throw config_error("TUTTI_JOB_TOKEN is longer than " + std::to_string(max_token) + " bytes");
+  if (job_id.size() > max_job_id) throw config_error("the job id is longer than " + std::to_string(max_job_id) + " bytes");
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  // A rank that cannot reach the store says so itself while it retries (the store, rank 0's,
+  // cannot know of it): early, then at growing intervals (bootstrap/progress.hpp).
+  detail::startup_progress progress(timeout);
   std::string why = "no address";
   for (auto pause = std::chrono::milliseconds(5);; pause = std::min(pause * 2, std::chrono::milliseconds(100))) {
     std::string rwhy;
+    // An attempt that hangs (a host that drops the SYN) gives way to the next word, after 1 s.
+    const auto by =
+        std::min(deadline, std::max(std::chrono::steady_clock::now() + std::chrono::seconds(1), progress.next()));
     for (const auto& a : resolve(host, port, false, rwhy)) {
       detail::unique_fd fd(::socket(a.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
       if (!fd) continue;
-      if (connect_by(fd.get(), a, deadline, why)) {
+      if (connect_by(fd.get(), a, by, why)) {
         fd_ = std::move(fd);
         break;
       }
@@ -40,12 +49,20 @@ TUTTI_COLD TUTTI_DECL store::store(const std::string& host, int port, int rank, 
       throw timeout_error("store: cannot reach the store at MASTER_ADDR:MASTER_PORT = " + where_ + " after " +
                           std::to_string(timeout.count()) + " ms (" + why +
                           "); is rank 0 running, and do all ranks use the same MASTER_ADDR and MASTER_PORT?");
+    if (const auto now = std::chrono::steady_clock::now(); progress.due(now)) {
+      const std::string line = (rank >= 0 ? "[tutti rank " + std::to_string(rank) + "]" : std::string("[tutti]")) +
+                               " start-up: cannot reach the store at MASTER_ADDR:MASTER_PORT = " + where_ + " for " +
+                               detail::seconds_said(detail::until(progress.start(), now)) + " (" + why +
+                               "); still trying, for " + detail::seconds_said(left(deadline)) +
+                               " more (is rank 0 running, with the same MASTER_ADDR and MASTER_PORT?)\n";
+      std::fputs(line.c_str(), stderr);
+    }
     std::this_thread::sleep_for(std::min(pause, std::max(left(deadline), std::chrono::milliseconds(1))));
   }
   const int one = 1;
   ::setsockopt(fd_.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   writer w;
-  w.num(magic).num(version).num(static_cast<std::int32_t>(rank)).num(static_cast<std::int32_t>(world_size)).str(token);
+  w.num(magic).num(version).num(static_cast<std::int32_t>(rank)).num(static_cast<std::int32_t>(world_size)).str(token).str(job_id);
   // Something accepted the connection, but node 0's tutti may not be what did: another program
   // holding MASTER_PORT accepts too, and then says nothing or something else. Bounded by
   // `welcome_within`, not by `timeout` (300 s in a job), so that is an error at once.
@@ -188,9 +205,20 @@ TUTTI_DECL std::string store::call(const std::string& body, std::chrono::millise
   io(payload.data(), payload.size(), false, deadline);
   switch (h.st) {
     case status::ok: return payload;
-    case status::timeout:
+    case status::timeout: {
+      // During a watched start-up the store adds the ranks that never signed in, after a newline.
+      const auto nl = payload.rfind('\n');
+      if (nl != std::string::npos && nl + 1 < payload.size() &&
+          payload.find_first_not_of("0123456789, -", nl + 1) == std::string::npos) {
+        const std::string ranks = payload.substr(nl + 1);
+        throw timeout_error("store: " + std::string(ranks.find_first_of(",-") == std::string::npos ? "rank " : "ranks ") +
+                            ranks + " never signed in to the store at " + where_ +
+                            " (not started, or started with another MASTER_ADDR or MASTER_PORT?); timed out after " +
+                            std::to_string(timeout.count()) + " ms waiting for key(s) " + payload.substr(0, nl));
+      }
       throw timeout_error("store: timed out after " + std::to_string(timeout.count()) + " ms waiting for key(s) " +
                           payload + " at " + where_ + " (a rank did not start, or died during start-up)");
+    }
     case status::failed: throw config_error("store at " + where_ + ": " + payload);
     default: break;
   }

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -15,6 +16,7 @@
 
 #include "tutti/detail/attributes.hpp"
 #include "tutti/bootstrap/local_rendezvous.hpp"
+#include "tutti/bootstrap/progress.hpp"
 #include "tutti/core/error.hpp"
 
 #include "tutti/bootstrap/net/sockets.hpp"
@@ -27,8 +29,15 @@ class store_server {
  public:
   /// Listens on `host:port` (port 0: any free port, see `port()`); `host` empty: every address.
   /// `world_size` 0 accepts any client; otherwise a client's world size must match. `token`
-  /// empty accepts any token. Throws `config_error` when the port is taken, naming the holder.
-  TUTTI_COLD store_server(const std::string& host, int port, int world_size, std::string token);
+  /// empty accepts any token. `job_id`: the job it serves; a client that names another is
+  /// refused (empty, on either side: not checked). `startup_timeout`: the start-up's deadline,
+  /// for a job whose ranks sign in with their ranks (tutti::tcp's first job): until all have,
+  /// the server says on stderr which have and which have not, at growing intervals
+  /// (bootstrap/progress.hpp), and a wait that times out meanwhile names the missing ranks to
+  /// its client. 0: neither (the ranks of a successor sign in anonymously; tools, tests).
+  /// Throws `config_error` when the port is taken, naming the holder.
+  TUTTI_COLD store_server(const std::string& host, int port, int world_size, std::string token, std::string job_id = {},
+                          std::chrono::milliseconds startup_timeout = {});
   store_server(const store_server&) = delete;
   store_server& operator=(const store_server&) = delete;
   ~store_server();
@@ -75,18 +84,27 @@ class store_server {
   /// Answers the waits whose keys exist, whose deadline passed, or that a start-up problem ends.
   void expire_and_answer(std::map<std::uint64_t, conn>& conns);
 
+  /// The ranks that have not signed in yet, while the start-up is watched and not over (no
+  /// problem, not every rank in); empty otherwise.
+  std::vector<int> not_signed_in() const;
+  /// While the start-up is watched: a line on stderr when one is due, naming who has signed in
+  /// and who has not; the watch ends once every rank has.
+  void startup_word();
+
   int world_size_;
-  std::string token_;
+  std::string token_, job_id_;
   int port_ = 0;
   std::string address_, where_;  // the listening address, and with its port for the log
+  std::string master_;           // MASTER_ADDR:MASTER_PORT as the ranks are told it
   int logged_ = 0;               // refusals logged (server thread only)
   detail::unique_fd listener_, wake_;
   std::thread thread_;
   // Touched by the server thread only.
   std::map<std::string, std::string> data_;
   std::vector<pending> pending_;
-  std::set<int> ranks_;
-  std::string problem_;
+  std::set<int> ranks_;   // the ranks that signed in; all of them: the job has started
+  std::string problem_;   // a start-up problem, answered to every wait from then on
+  std::optional<detail::startup_progress> progress_;  // the start-up watched, until every rank signed in
 };
 
 }  // namespace tutti

@@ -18,8 +18,9 @@
 
 namespace tutti {
 
-TUTTI_COLD TUTTI_DECL store_server::store_server(const std::string& host, int port, int world_size, std::string token)
-    : world_size_(world_size), token_(std::move(token)) {
+TUTTI_COLD TUTTI_DECL store_server::store_server(const std::string& host, int port, int world_size, std::string token,
+                                                 std::string job_id, std::chrono::milliseconds startup_timeout)
+    : world_size_(world_size), token_(std::move(token)), job_id_(std::move(job_id)) {
   using namespace detail::store_impl;
   std::string why;
   auto addrs = resolve(host, port, true, why);
@@ -71,6 +72,8 @@ TUTTI_COLD TUTTI_DECL store_server::store_server(const std::string& host, int po
   if (!listener_)
     throw config_error("store: cannot listen on " + host_port(host, port) + ": " +
                        detail::errno_text(last_errno ? last_errno : EINVAL));
+  master_ = host_port(host, port_);
+  if (world_size_ > 0 && startup_timeout.count() > 0) progress_.emplace(startup_timeout);
   wake_ = detail::unique_fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wake_) throw config_error("store: eventfd: " + detail::errno_text(errno));
   thread_ = std::thread([this] { serve(); });
@@ -100,6 +103,7 @@ TUTTI_DECL void store_server::serve() {
                                   : std::min(timeout_ms, static_cast<int>(std::min<long long>(l, 60000)));
     };
     for (auto& p : pending_) until(p.deadline);
+    if (progress_ && progress_->next() != clock::time_point::max()) until(progress_->next());
     std::size_t silent = 0;
     for (auto& [id, c] : conns)
       if (!c.hello && !c.closing) until(c.accepted + hello_within), ++silent;
@@ -160,6 +164,7 @@ TUTTI_DECL void store_server::serve() {
         c.out.clear();
       }
     expire_and_answer(conns);
+    startup_word();
     for (auto it = conns.begin(); it != conns.end();) {
       conn& c = it->second;
       while (!c.out.empty()) {
@@ -198,6 +203,15 @@ TUTTI_DECL bool store_server::handle(conn& c) {
       if (!c.hello) {
         const auto h = parse_hello(c.in);
         if (!h) return true;
+        // A client of this job that disagrees about the world during start-up fails it (the
+        // store tells every rank waiting, rather than leaving them to their deadlines). Once
+        // every rank has signed in, such a client is no rank of the job: it alone is refused,
+        // and the job goes on. So is a stranger at any time (version, token, job id).
+        const bool started = world_size_ > 0 && ranks_.size() == static_cast<std::size_t>(world_size_);
+        const std::string after_start =
+            started ? ": the job's " + std::to_string(world_size_) + " ranks all signed in already, so this process is "
+                      "none of them (one left over from an earlier job with this MASTER_PORT and token?); the job goes on"
+                    : "";
         std::string refusal;
         bool poison = false;
         if (h->version != version) {
@@ -206,19 +220,24 @@ TUTTI_DECL bool store_server::handle(conn& c) {
         } else if (!token_.empty() && !same_token(h->token, token_)) {
           refusal = "wrong job token: this process's TUTTI_JOB_TOKEN differs from rank 0's (another job's "
                     "process, or a rank started with a different environment)";
+        } else if (!job_id_.empty() && !h->job_id.empty() && h->job_id != job_id_) {
+          refusal = "another job: this process's job id is '" + std::string(h->job_id) + "', the store's is '" +
+                    job_id_ + "' (a process left over from an earlier job with this MASTER_PORT and token, or a "
+                    "rank started with a different TUTTI_JOB_ID)";
         } else if (h->rank >= 0 && world_size_ > 0 && h->world != world_size_) {
           refusal = "rank " + std::to_string(h->rank) + " says the world has " + std::to_string(h->world) +
-                    " ranks, rank 0 says " + std::to_string(world_size_) + " (WORLD_SIZE differs between ranks)";
-          poison = true;
+                    " ranks, rank 0 says " + std::to_string(world_size_) + " (WORLD_SIZE differs between ranks)" +
+                    after_start;
+          poison = !started;
         } else if (h->rank >= 0 && world_size_ > 0 && h->rank >= world_size_) {
           refusal = "a process claims rank " + std::to_string(h->rank) + " in a world of " +
-                    std::to_string(world_size_);
-          poison = true;
+                    std::to_string(world_size_) + after_start;
+          poison = !started;
         } else if (h->rank >= 0 && !ranks_.insert(h->rank).second) {
-          refusal = "two processes claim rank " + std::to_string(h->rank) + " (duplicate RANK)";
-          poison = true;
+          refusal = "two processes claim rank " + std::to_string(h->rank) + " (duplicate RANK)" + after_start;
+          poison = !started;
         }
-        c.in.erase(0, h->size);  // h->token points into c.in: not used past here
+        c.in.erase(0, h->size);  // h->token and h->job_id point into c.in: not used past here
         if (poison && problem_.empty()) problem_ = refusal;
         writer w;
         w.num(magic).num(static_cast<std::uint8_t>(refusal.empty() ? status::ok : status::refused)).str(refusal);
@@ -275,13 +294,46 @@ TUTTI_DECL void store_server::expire_and_answer(std::map<std::uint64_t, conn>& c
       if (!data_.count(k)) missing += (missing.empty() ? "" : ", ") + k;
     if (!problem_.empty()) reply(cit->second, status::failed, problem_);
     else if (missing.empty()) reply(cit->second, status::ok, it->get ? std::string_view(data_[it->keys[0]]) : "");
-    else if (now >= it->deadline) reply(cit->second, status::timeout, missing);
+    else if (now >= it->deadline) {
+      // During a watched start-up, the ranks that never signed in follow the keys, after a
+      // newline: the client names them (store::call).
+      const auto absent = not_signed_in();
+      reply(cit->second, status::timeout, absent.empty() ? missing : missing + "\n" + detail::rank_list(absent, false));
+    }
     else {
       ++it;
       continue;
     }
     it = pending_.erase(it);
   }
+}
+
+TUTTI_DECL std::vector<int> store_server::not_signed_in() const {
+  std::vector<int> out;
+  if (!progress_ || !problem_.empty()) return out;
+  for (int r = 0; r < world_size_; ++r)
+    if (!ranks_.count(r)) out.push_back(r);
+  return out;
+}
+
+TUTTI_COLD TUTTI_DECL void store_server::startup_word() {
+  if (!progress_) return;
+  const auto absent = not_signed_in();
+  if (absent.empty()) {  // every rank is in (or a problem fails the start-up): the watch is over
+    progress_.reset();
+    return;
+  }
+  const auto now = clock::now();
+  if (!progress_->due(now)) return;
+  const std::vector<int> in(ranks_.begin(), ranks_.end());
+  const std::string line =
+      "[tutti store " + where_ + "] start-up: after " + detail::seconds_said(detail::until(progress_->start(), now)) +
+      ", " + std::to_string(in.size()) + " of " + std::to_string(world_size_) + " ranks signed in (" +
+      (in.empty() ? "none" : detail::rank_list(in, false)) + "); waiting for " + detail::rank_list(absent) +
+      " to sign in to the store at MASTER_ADDR:MASTER_PORT = " + master_ +
+      " (not started yet, or started with another MASTER_ADDR or MASTER_PORT?); giving up in " +
+      detail::seconds_said(detail::until(now, progress_->deadline())) + "\n";
+  std::fputs(line.c_str(), stderr);
 }
 
 }  // namespace tutti

@@ -20,12 +20,15 @@ namespace tutti::detail::store_impl {
 using namespace tutti::detail::net;  // the codec is the store's own as much as the mesh's
 
 inline constexpr std::uint64_t magic = 0x3154532d69747475ull;  // "utti-ST1" little-endian
-inline constexpr std::uint32_t version = 1;
+/// 2: the hello carries the client's job id after its token.
+inline constexpr std::uint32_t version = 2;
 inline constexpr std::size_t max_key = 4096;
 inline constexpr std::size_t max_value = std::size_t{64} << 20;
 inline constexpr std::size_t max_keys = 4096;  // per wait
 inline constexpr std::size_t max_frame = max_value + max_key + 64;
 inline constexpr std::size_t hello_fixed = 8 + 4 + 4 + 4 + 4;  // magic version rank world token_len
+/// The longest hello: the server never buffers more than this (plus one read) before it.
+inline constexpr std::size_t max_hello_bytes = hello_fixed + max_token + 4 + max_job_id;
 /// A client that connected waits this long for the welcome, whatever its own timeout: a tutti
 /// store answers a hello at once, so a silence this long means another program holds the port.
 inline constexpr std::chrono::seconds welcome_within{5};
@@ -33,16 +36,20 @@ inline constexpr std::chrono::seconds welcome_within{5};
 enum class opcode : std::uint8_t { set = 1, get = 2, wait = 3, add = 4 };
 enum class status : std::uint8_t { ok = 0, timeout = 1, refused = 2, failed = 3 };
 
-/// A client's hello: magic u64, version u32, rank i32, world i32, token (u32 length + bytes).
+/// A client's hello: magic u64, version u32, rank i32, world i32, token, job id (u32 length +
+/// bytes each). The job id is the job the client belongs to, empty where it does not know it (a
+/// joiner, a tool, the ranks of a job a shrink or a grow starts, which sign in anonymously).
 struct client_hello {
   std::uint32_t version = 0;
   std::int32_t rank = -1, world = 0;
-  std::string_view token;  // points into the parsed bytes
-  std::size_t size = 0;    // bytes it took
+  std::string_view token, job_id;  // point into the parsed bytes
+  std::size_t size = 0;            // bytes it took
 };
 
 /// Parses the hello at the front of `in`: empty while incomplete; `malformed` for another magic
-/// (stranger) or a token longer than `max_token`, as soon as the fixed part has arrived.
+/// (stranger), a token longer than `max_token` or a job id longer than `max_job_id`, as soon as
+/// its length has arrived. A hello of another version ends after its token (as version 1 laid
+/// it out), so that the server can read it whole and refuse it, naming the versions.
 TUTTI_DECL std::optional<client_hello> parse_hello(std::string_view in);
 
 /// One request: a frame (u32 length, then the body: opcode u8 and its fields).

@@ -21,6 +21,13 @@ TUTTI_DECL std::optional<client_hello> parse_hello(std::string_view in) {
   if (in.size() < hello_fixed + tlen) return std::nullopt;
   h.token = in.substr(hello_fixed, tlen);
   h.size = hello_fixed + tlen;
+  if (h.version != version) return h;  // refused by its version: nothing more is read
+  if (in.size() < h.size + 4) return std::nullopt;
+  const auto jlen = reader{in.substr(h.size)}.num<std::uint32_t>();
+  if (jlen > max_job_id) throw malformed("job id of " + std::to_string(jlen) + " bytes");
+  if (in.size() < h.size + 4 + jlen) return std::nullopt;
+  h.job_id = in.substr(h.size + 4, jlen);
+  h.size += 4 + jlen;
   return h;
 }
 

@@ -28,7 +28,7 @@ TUTTI_COLD TUTTI_DECL std::shared_ptr<connections> grow_world(connections& w, in
     throw usage_error("tcp grow: this world has no store (a world of one rank started without MASTER_PORT): "
                       "joiners have nowhere to find it");
   if (w.world_rank == 0 && !w.server)  // a world of one starts no store: serve it now
-    w.server = std::make_shared<store_server>(store_host(w.job), w.job.master_port, 0, w.token);
+    w.server = std::make_shared<store_server>(store_host(w.job), w.job.master_port, 0, w.token, w.job_id);
   store kv(store_host(w.job), w.job.master_port, -1, 0, w.token, timeout);
   const std::uint32_t g = ++w.grows;
   const std::string epoch_key = "tutti/grow/" + w.job_id + "/" + std::to_string(g);

@@ -105,12 +105,14 @@ class shrink_agreement {
 
   void answer(held& p, const decision& d);
 
-  /// Accepts what waits on this rank's acceptor: probes (kept, for the coordinator or to be
-  /// redirected), watches (kept; an "out" on one ends this rank's part). Other connections of
-  /// this job (a group's, being made) are left for their group, strangers are refused.
+  /// Serves what waits on this rank's acceptor (`hello_queue`, without blocking): probes (kept,
+  /// for the coordinator or to be redirected), watches (kept; an "out" on one ends this rank's
+  /// part). Other connections of this job (a group's, being made) are left for their group,
+  /// strangers are refused.
   void serve();
 
-  /// Waits on the fds of `extra`, the acceptor and the watches, up to `until` (at most 50 ms).
+  /// Waits on the fds of `extra`, the acceptor, the connections waiting on it and the watches,
+  /// up to `until` (at most 50 ms).
   void idle(std::vector<pollfd> fds, clock::time_point until);
 
   /// Asks rank `c` to coordinate: its decision, or empty when it is gone or silent.

@@ -144,23 +144,23 @@ TUTTI_DECL void shrink_agreement::answer(held& p, const decision& d) {
 }
 
 TUTTI_DECL void shrink_agreement::serve() {
-  std::lock_guard lk(w_.joining);
-  for (;;) {
-    auto l = std::make_unique<link>(w_.io);
-    asio::error_code ec;
-    w_.acceptor->accept(l->sock, ec);
-    if (ec) break;
-    l->sock.set_option(asio::ip::tcp::no_delay(true), ec);
-    l->sock.non_blocking(true, ec);
-    std::string in, why;
-    const auto h = read_group_hello(*l, in, w_, std::min(overall_, clock::now() + net::hello_within), why);
-    if (!h) {
-      log_refusal(me_, "a shrink connection", why, w_.refusals_logged);
-      continue;
+  {
+    // Every connection waiting on this rank's acceptor is served side by side (`hello_queue`),
+    // as start-up and a group's connections are: a silent one delays no probe.
+    std::lock_guard lk(w_.joining);
+    w_.waiting.serve(*w_.acceptor, w_.io, hello_time(std::min(timeout_, w_.timeout)), me_, w_.refusals_logged,
+                     [&](hello_queue::waiting& c, const mesh_hello* mesh, const group_hello* group) {
+                       after_startup(w_, c, mesh, group);
+                     });
+    for (auto it = w_.arrived.begin(); it != w_.arrived.end();) {
+      const bool probe = it->context == probe_ctx(), watch = it->context == watch_ctx();
+      if (probe || watch) {
+        (probe ? probes_ : watches_).push_back({it->from, std::move(it->l), {}, false});
+        it = w_.arrived.erase(it);
+      } else {
+        ++it;  // a group's, being made: left for its group
+      }
     }
-    if (h->context == probe_ctx()) probes_.push_back({h->from, std::move(l), {}, false});
-    else if (h->context == watch_ctx()) watches_.push_back({h->from, std::move(l), {}, false});
-    else w_.arrived.push_back({h->context, h->from, h->stream, std::move(l)});
   }
   for (auto& wt : watches_) {
     if (!wt.l) continue;
@@ -181,7 +181,10 @@ TUTTI_DECL void shrink_agreement::serve() {
 }
 
 TUTTI_DECL void shrink_agreement::idle(std::vector<pollfd> fds, clock::time_point until) {
-  fds.push_back({w_.acceptor->native_handle(), POLLIN, 0});
+  {
+    std::lock_guard lk(w_.joining);
+    w_.waiting.add_fds(*w_.acceptor, fds);
+  }
   for (auto& wt : watches_)
     if (wt.l) fds.push_back({wt.l->fd(), POLLIN, 0});
   const auto left = std::clamp<long long>(net::left(until).count(), 0, 50);
@@ -268,7 +271,7 @@ TUTTI_DECL decision shrink_agreement::coordinate(std::shared_ptr<store_server>& 
     if (st[static_cast<std::size_t>(r)] == state::in) d.members.push_back(r);
   d.job_id = w_.job_id + ".shrink" + std::to_string(generation_);
   const std::string host = w_.addresses[static_cast<std::size_t>(me_)].address().to_string();
-  server = std::make_shared<store_server>(host, 0, static_cast<int>(d.members.size()), w_.token);
+  server = std::make_shared<store_server>(host, 0, static_cast<int>(d.members.size()), w_.token, d.job_id);
   d.store_host = host;
   d.store_port = static_cast<std::uint16_t>(server->port());
   std::string list;

@@ -1,8 +1,9 @@
 /// \file
-/// The tcp transport's sockets (on standalone Asio): one connection to a peer (`link`), the set
-/// of a rank's connections that every copy of its transport shares (`connections`), and the
-/// start-up helpers around them: the advertised address, socket buffers, connecting and moving a
-/// few bytes by a deadline.
+/// The tcp transport's sockets (on standalone Asio): one connection to a peer (`link`), the
+/// connections waiting on a rank's acceptor to say their hello (`hello_queue`), the set of a
+/// rank's connections that every copy of its transport shares (`connections`), and the start-up
+/// helpers around them: the advertised address, socket buffers, connecting and moving a few
+/// bytes by a deadline.
 #pragma once
 
 #ifndef ASIO_STANDALONE
@@ -10,11 +11,16 @@
 #endif
 #include <asio.hpp>
 
+#include <poll.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tutti/detail/attributes.hpp"
@@ -26,6 +32,7 @@
 #include "tutti/core/fingerprint.hpp"
 #include "tutti/detail/buffer.hpp"
 #include "tutti/transport/tcp/options.hpp"
+#include "tutti/transport/tcp/wire.hpp"
 
 namespace tutti::detail::tcp_impl {
 
@@ -40,6 +47,64 @@ struct link {
   scratch_buffer bounce;
   int fd() { return static_cast<int>(sock.native_handle()); }
 };
+
+/// How long a connection to a rank's acceptor has to say its whole hello: a quarter of the
+/// job's timeout, at least 1 s (a rank sends its hello as soon as it has connected, but a loaded
+/// host may hold it back a moment) and at most `net::hello_within`; never more than the timeout.
+inline std::chrono::milliseconds hello_time(std::chrono::milliseconds timeout) {
+  const std::chrono::milliseconds quarter = timeout / 4, floor = std::chrono::seconds(1), cap = net::hello_within;
+  return std::min(timeout, std::clamp(quarter, floor, cap));
+}
+
+/// The connections accepted on a rank's acceptor that have not yet said their whole hello.
+/// Every accept path (start-up's, a group's, a shrink's) serves them through this, the same way:
+/// side by side, each hello read as its bytes arrive, so a connection that says nothing delays
+/// no other. A connection that breaks the protocol, closes, or says nothing whole within the
+/// hello time (`hello_time`) is closed and logged. At most `net::max_silent` wait at once, at
+/// most `net::max_silent_per_address` from one address: a new one closes the oldest of its
+/// address, else the oldest. Guarded by what guards the acceptor (`connections::joining` once
+/// the start-up is over).
+class hello_queue {
+ public:
+  using clock = std::chrono::steady_clock;
+  struct waiting {
+    std::unique_ptr<link> l;
+    std::string in;    // the hello's bytes so far: never more than the hello's own
+    std::string from;  // "host:port" of the peer, for the log
+    std::string host;  // the peer's address, for the cap per address
+    clock::time_point accepted;
+  };
+  /// Called with each hello that arrived whole (`mesh` or `group`, its views into `w.in`): it
+  /// takes `w.l` to keep the connection; a connection left in `w` is closed.
+  using handler = std::function<void(waiting& w, const mesh_hello* mesh, const group_hello* group)>;
+
+  /// Accepts every connection waiting on `acceptor` (reading its hello at once: a rank's has
+  /// usually arrived with it), then reads what has arrived on every connection still waiting,
+  /// without blocking. Refusals are logged as rank `rank`'s (`log_refusal`, counted in `logged`).
+  void serve(asio::ip::tcp::acceptor& acceptor, asio::io_context& io, std::chrono::milliseconds within, int rank,
+             int& logged, const handler& on_hello);
+
+  /// Appends what to poll for: the acceptor and every waiting connection.
+  void add_fds(asio::ip::tcp::acceptor& acceptor, std::vector<pollfd>& fds) const;
+
+  std::size_t size() const noexcept { return waiting_.size(); }
+
+ private:
+  /// Reads what has arrived on `w`: true once it is done with (handed over, refused, gone, or
+  /// silent past `within`).
+  static bool read(waiting& w, std::chrono::milliseconds within, int rank, int& logged, const handler& on_hello);
+
+  /// Closes the oldest connection waiting from `host` when it has its share, else the oldest
+  /// when the queue is full: room for one more.
+  void make_room(const std::string& host, int rank, int& logged);
+
+  std::vector<waiting> waiting_;
+};
+
+/// The bytes a hello (a mesh's or a group's, alike past their fixed part) needs in all, as far
+/// as `in` tells: the fixed part and the job id's length, then the job id and the token's
+/// length, then the token. A reader asks for no more, so it never takes the bytes that follow.
+TUTTI_DECL std::size_t hello_bytes_wanted(std::string_view in);
 
 /// Closes `links` without losing what this rank sent last (see `connections::~connections`):
 /// shuts down the sending side of each (a FIN after the data), then, until every peer has
@@ -83,8 +148,9 @@ struct connections {
     int from, stream;
     std::unique_ptr<link> l;
   };
-  std::mutex joining;  // guards the acceptor and `arrived`
+  std::mutex joining;  // guards the acceptor, `waiting` and `arrived`
   std::unique_ptr<asio::ip::tcp::acceptor> acceptor;
+  hello_queue waiting;  // connections on the acceptor whose hello has not arrived whole
   std::vector<asio::ip::tcp::endpoint> addresses;  // [world rank]
   std::vector<arrival> arrived;
   std::string job_id, token;

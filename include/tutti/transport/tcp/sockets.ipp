@@ -62,6 +62,116 @@ TUTTI_DECL void close_gracefully(std::vector<link*> links, std::chrono::millisec
   }
 }
 
+TUTTI_DECL std::size_t hello_bytes_wanted(std::string_view in) {
+  static_assert(hello_fixed == group_hello_fixed, "the hellos differ only in their fixed part");
+  auto length_at = [&](std::size_t at) { return std::size_t{net::reader{in.substr(at)}.num<std::uint32_t>()}; };
+  const std::size_t job_at = hello_fixed;
+  if (in.size() < job_at + 4) return job_at + 4;
+  const std::size_t token_at = job_at + 4 + length_at(job_at);
+  if (in.size() < token_at + 4) return token_at + 4;
+  return token_at + 4 + length_at(token_at);
+}
+
+TUTTI_COLD TUTTI_DECL void hello_queue::serve(asio::ip::tcp::acceptor& acceptor, asio::io_context& io,
+                                              std::chrono::milliseconds within, int rank, int& logged,
+                                              const handler& on_hello) {
+  while (true) {
+    auto l = std::make_unique<link>(io);
+    asio::error_code ec;
+    acceptor.accept(l->sock, ec);
+    if (ec) break;
+    l->sock.set_option(asio::ip::tcp::no_delay(true), ec);
+    l->sock.non_blocking(true, ec);
+    const auto peer = l->sock.remote_endpoint(ec);
+    waiting w{std::move(l), {}, ec ? std::string("an unknown address") : sockaddr_text(peer),
+              ec ? std::string() : peer.address().to_string(), clock::now()};
+    if (read(w, within, rank, logged, on_hello)) continue;
+    make_room(w.host, rank, logged);
+    waiting_.push_back(std::move(w));
+  }
+  for (std::size_t i = 0; i < waiting_.size();) {
+    if (read(waiting_[i], within, rank, logged, on_hello)) waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
+    else ++i;
+  }
+}
+
+TUTTI_DECL void hello_queue::add_fds(asio::ip::tcp::acceptor& acceptor, std::vector<pollfd>& fds) const {
+  fds.push_back({acceptor.native_handle(), POLLIN, 0});
+  for (const auto& w : waiting_) fds.push_back({w.l->fd(), POLLIN, 0});
+}
+
+TUTTI_COLD TUTTI_DECL bool hello_queue::read(waiting& w, std::chrono::milliseconds within, int rank, int& logged,
+                                             const handler& on_hello) {
+  std::string dropped;
+  try {
+    for (;;) {
+      if (w.in.size() >= 8) {
+        const auto magic = net::reader{w.in}.num<std::uint64_t>();
+        if (magic == hello_magic) {
+          if (const auto h = parse_mesh_hello(w.in)) {
+            on_hello(w, &*h, nullptr);
+            return true;
+          }
+        } else if (magic == group_hello_magic) {
+          if (const auto h = parse_group_hello(w.in)) {
+            on_hello(w, nullptr, &*h);
+            return true;
+          }
+        } else {
+          throw net::malformed("not a tutti connection (wrong magic)", true);
+        }
+      }
+      // The parsers have checked every length that has arrived against its cap.
+      const std::size_t want = std::min(hello_bytes_wanted(w.in), std::max(max_hello_bytes, max_group_hello_bytes));
+      if (want <= w.in.size()) throw net::malformed("hello longer than its parts");
+      char buf[1024];
+      asio::error_code ec;
+      const std::size_t k = w.l->sock.read_some(asio::buffer(buf, std::min(sizeof buf, want - w.in.size())), ec);
+      w.in.append(buf, k);
+      if (!ec || ec == asio::error::interrupted) continue;
+      if (ec == asio::error::would_block || ec == asio::error::try_again) break;
+      if (w.in.empty()) return true;  // a probe that connects and closes says nothing
+      dropped = "it closed the connection after " + std::to_string(w.in.size()) + " bytes of an incomplete hello";
+      break;
+    }
+  } catch (const net::malformed& e) {
+    dropped = e.stranger ? e.reason : "malformed hello (" + e.reason + ")";
+    // What else has arrived is dropped too (up to 64 KiB), so that the close is a FIN rather
+    // than a reset, which the peer's side would report as an error of its own.
+    char sink[4096];
+    for (int i = 0; i < 16; ++i) {
+      asio::error_code ec;
+      if (w.l->sock.read_some(asio::buffer(sink), ec) == 0 || ec) break;
+    }
+  }
+  if (dropped.empty() && clock::now() >= w.accepted + within) {
+    const auto ms = within.count();
+    dropped = "it sent no complete hello within " + (ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms");
+  }
+  if (dropped.empty()) return false;
+  log_refusal(rank, w.from, dropped, logged);
+  return true;
+}
+
+TUTTI_COLD TUTTI_DECL void hello_queue::make_room(const std::string& host, int rank, int& logged) {
+  using net::max_silent;
+  using net::max_silent_per_address;
+  const auto same = [&](const waiting& w) { return w.host == host; };
+  auto oldest = waiting_.end();
+  std::string why;
+  if (static_cast<std::size_t>(std::count_if(waiting_.begin(), waiting_.end(), same)) >= max_silent_per_address) {
+    oldest = std::find_if(waiting_.begin(), waiting_.end(), same);
+    why = "closed for a newer one: " + std::to_string(max_silent_per_address) + " connections from " +
+          (host.empty() ? std::string("an unknown address") : host) + " were waiting to say hello";
+  } else if (waiting_.size() >= max_silent) {
+    oldest = waiting_.begin();
+    why = "closed for a newer one: " + std::to_string(max_silent) + " connections were waiting to say hello";
+  }
+  if (oldest == waiting_.end()) return;
+  log_refusal(rank, oldest->from, why, logged);
+  waiting_.erase(oldest);
+}
+
 TUTTI_DECL connections::~connections() {
   std::vector<link*> open;
   for (auto& streams : peers)

@@ -27,7 +27,9 @@
 
 namespace tutti::detail::tcp_impl {
 
-/// Accepts the S connections of every lower rank; strangers are ignored, bad hellos refused.
+/// Accepts the S connections of every lower rank, reading the hellos of every connection
+/// waiting side by side (`hello_queue`); strangers are ignored, bad hellos refused. A group's
+/// connection from a lower rank that has finished its start-up already is kept for its group.
 void accept_all(connections& m, asio::ip::tcp::acceptor& acceptor, const job_env& job,
                 const std::string& token, std::chrono::steady_clock::time_point deadline);
 
@@ -44,17 +46,21 @@ struct store_use {
 std::shared_ptr<connections> connect_all(const job_env& job, const config& cfg, const tcp_options& opt,
                                          const std::string& token, store_use how = {});
 
-/// Reads the group hello that opens connection `l` to world `w`'s acceptor (a group's, or a
-/// shrink's) into `in`, exactly its bytes (the first message may follow it at once), by `until`.
-/// Empty, with `why`, for a hello that is malformed, late or not of this job (the token, the
-/// job id, a rank or stream that does not exist); its views point into `in`.
-std::optional<group_hello> read_group_hello(link& l, std::string& in, const connections& w,
-                                            std::chrono::steady_clock::time_point until, std::string& why);
+/// Files a group hello that arrived whole on world `w`'s acceptor (a group's connection, or a
+/// shrink's): the connection joins `w.arrived` for whoever makes that group; one that is not of
+/// this job (the version, the token, the job id, a rank or stream that does not exist) is
+/// refused, logged and closed.
+void keep_group_hello(connections& w, hello_queue::waiting& c, const group_hello& h);
+
+/// What world `w`'s acceptor does with a hello once its start-up is over (`connect_group`, a
+/// shrink): a group's is kept (`keep_group_hello`); a mesh hello, a start-up's, is refused.
+void after_startup(connections& w, hello_queue::waiting& c, const mesh_hello* mesh, const group_hello* group);
 
 /// The connections of a group of the world `w` (its members, world ranks in group order, this
 /// rank among them): every member connects to the members after it in the group, with a group
-/// hello, and accepts the ones before it on the world's acceptor. Connections of other groups
-/// being made at the same time by other threads are kept for them.
+/// hello, and accepts the ones before it on the world's acceptor, where it serves every waiting
+/// connection side by side (`hello_queue`), also when it accepts none itself. Connections of
+/// other groups being made at the same time by other threads are kept for them.
 std::shared_ptr<connections> connect_group(const std::shared_ptr<connections>& w,
                                            const std::vector<int>& members, std::uint64_t context);
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <poll.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cstddef>
@@ -15,21 +16,55 @@ namespace tutti::detail::tcp_impl {
 TUTTI_COLD TUTTI_DECL void accept_all(connections& m, asio::ip::tcp::acceptor& acceptor, const job_env& job,
                                       const std::string& token, std::chrono::steady_clock::time_point deadline) {
   const int S = m.opt.streams, R = job.rank;
-  struct waiting {
-    std::unique_ptr<link> l;
-    std::string in;
-    std::string from;  // the peer's address, for the log
-    std::chrono::steady_clock::time_point accepted;
-  };
-  using net::hello_within;
-  using net::max_silent;
-  int logged = 0;
-  std::vector<waiting> pending;
   for (int r = 0; r < R; ++r) m.peers[static_cast<std::size_t>(r)].resize(static_cast<std::size_t>(S));
   int missing = R * S;
-  while (missing > 0) {
-    std::vector<pollfd> fds{{acceptor.native_handle(), POLLIN, 0}};
-    for (auto& p : pending) fds.push_back({p.l->fd(), POLLIN, 0});
+  auto on_hello = [&](hello_queue::waiting& p, const mesh_hello* h, const group_hello* g) {
+    if (g) {  // a lower rank done with its start-up makes a group already: kept for it
+      keep_group_hello(m, p, *g);
+      return;
+    }
+    const auto version = h->version;
+    const int from = h->from, world = h->world, stream = h->stream, streams = h->streams;
+    const std::string_view job_id = h->job_id, their_token = h->token;  // into p.in
+    // A stranger (another version, token or job) is refused and the start-up goes on; a rank
+    // of this job that disagrees (world size, streams, a duplicate) fails it.
+    std::string refusal;
+    bool fatal = true;
+    if (version != hello_version) {
+      refusal = "protocol version " + std::to_string(version) + " differs from " + std::to_string(hello_version);
+      fatal = false;
+    } else if (!net::same_token(their_token, token) || job_id != job.job_id) {
+      refusal = "wrong job token or job id: not a rank of this job";
+      fatal = false;
+    } else if (world != job.world_size)
+      refusal = "rank " + std::to_string(from) + " says the world has " + std::to_string(world) + " ranks, rank " +
+                std::to_string(R) + " says " + std::to_string(job.world_size);
+    else if (streams != S)
+      refusal = "rank " + std::to_string(from) + " uses TUTTI_TCP_STREAMS=" + std::to_string(streams) + ", rank " +
+                std::to_string(R) + " uses " + std::to_string(S);
+    else if (from < 0 || from >= R || stream < 0 || stream >= S)
+      refusal = "rank " + std::to_string(from) + " (stream " + std::to_string(stream) + ") should not connect to rank " + std::to_string(R);
+    else if (m.peers[static_cast<std::size_t>(from)][static_cast<std::size_t>(stream)])
+      refusal = "two processes connect as rank " + std::to_string(from) + " (stream " + std::to_string(stream) + ")";
+    net::writer a;
+    a.num(hello_magic).num(static_cast<std::uint8_t>(refusal.empty() ? 0 : 1)).str(refusal);
+    try {
+      io_by(*p.l, a.out.data(), a.out.size(), true, deadline, "answering a connection");
+    } catch (const error&) {
+      if (refusal.empty()) throw;
+    }
+    if (!refusal.empty()) {
+      if (fatal) throw config_error("tcp start-up: rank " + std::to_string(R) + " refused a connection: " + refusal);
+      log_refusal(R, p.from, refusal, m.refusals_logged);
+      return;
+    }
+    m.peers[static_cast<std::size_t>(from)][static_cast<std::size_t>(stream)] = std::move(p.l);
+    --missing;
+  };
+  const auto within = hello_time(m.timeout);
+  while (true) {
+    m.waiting.serve(acceptor, m.io, within, R, m.refusals_logged, on_hello);
+    if (missing == 0) return;
     const auto left = net::left(deadline).count();
     if (left <= 0) {
       std::string who;
@@ -42,94 +77,9 @@ TUTTI_COLD TUTTI_DECL void accept_all(connections& m, asio::ip::tcp::acceptor& a
       throw timeout_error("tcp start-up: rank " + std::to_string(R) + " timed out waiting for rank(s) " + who +
                           " to connect to " + sockaddr_text(acceptor.local_endpoint()));
     }
+    std::vector<pollfd> fds;
+    m.waiting.add_fds(acceptor, fds);
     ::poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(left, 1000)));
-    if (fds[0].revents & POLLIN) {
-      while (true) {
-        auto l = std::make_unique<link>(m.io);
-        asio::error_code ec;
-        acceptor.accept(l->sock, ec);
-        if (ec) break;
-        l->sock.set_option(asio::ip::tcp::no_delay(true), ec);
-        l->sock.non_blocking(true, ec);
-        const auto peer = l->sock.remote_endpoint(ec);
-        std::string from = ec ? std::string("an unknown address") : sockaddr_text(peer);
-        if (pending.size() >= max_silent) {  // the oldest makes room
-          log_refusal(R, pending.front().from,
-                      "closed for a newer one: " + std::to_string(max_silent) + " connections were waiting to say hello", logged);
-          pending.erase(pending.begin());
-        }
-        pending.push_back({std::move(l), {}, std::move(from), std::chrono::steady_clock::now()});
-      }
-    }
-    for (std::size_t i = 0; i < pending.size();) {
-      auto& p = pending[i];
-      // A peer sends its hello and waits for the answer: never more than `max_hello_bytes`.
-      char buf[1024];
-      asio::error_code ec;
-      const std::size_t k = p.l->sock.read_some(asio::buffer(buf, std::min(sizeof buf, max_hello_bytes + 1 - p.in.size())), ec);
-      p.in.append(buf, k);
-      const bool gone = ec && ec != asio::error::would_block && ec != asio::error::try_again &&
-                        ec != asio::error::interrupted;
-      std::optional<mesh_hello> h;
-      std::string dropped;
-      try {
-        h = parse_mesh_hello(p.in);
-      } catch (const net::malformed& e) {
-        dropped = e.stranger ? e.reason : "malformed hello (" + e.reason + ")";
-      }
-      if (!h && dropped.empty() && gone && !p.in.empty())  // a probe that connects and closes says nothing
-        dropped = "it closed the connection after " + std::to_string(p.in.size()) + " bytes of an incomplete hello";
-      if (!h && dropped.empty() && !gone && std::chrono::steady_clock::now() >= p.accepted + hello_within)
-        dropped = "it sent no complete hello within " + std::to_string(hello_within.count()) + " s";
-      if (!dropped.empty() || (!h && gone)) {
-        if (!dropped.empty()) log_refusal(R, p.from, dropped, logged);
-        pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
-        continue;
-      }
-      if (!h) {
-        ++i;
-        continue;
-      }
-      const auto version = h->version;
-      const int from = h->from, world = h->world, stream = h->stream, streams = h->streams;
-      const std::string_view job_id = h->job_id, their_token = h->token;  // into p.in
-      // A stranger (another version, token or job) is refused and the start-up goes on; a rank
-      // of this job that disagrees (world size, streams, a duplicate) fails it.
-      std::string refusal;
-      bool fatal = true;
-      if (version != hello_version) {
-        refusal = "protocol version " + std::to_string(version) + " differs from " + std::to_string(hello_version);
-        fatal = false;
-      } else if (!net::same_token(their_token, token) || job_id != job.job_id) {
-        refusal = "wrong job token or job id: not a rank of this job";
-        fatal = false;
-      } else if (world != job.world_size)
-        refusal = "rank " + std::to_string(from) + " says the world has " + std::to_string(world) + " ranks, rank " +
-                  std::to_string(R) + " says " + std::to_string(job.world_size);
-      else if (streams != S)
-        refusal = "rank " + std::to_string(from) + " uses TUTTI_TCP_STREAMS=" + std::to_string(streams) + ", rank " +
-                  std::to_string(R) + " uses " + std::to_string(S);
-      else if (from < 0 || from >= R || stream < 0 || stream >= S)
-        refusal = "rank " + std::to_string(from) + " (stream " + std::to_string(stream) + ") should not connect to rank " + std::to_string(R);
-      else if (m.peers[static_cast<std::size_t>(from)][static_cast<std::size_t>(stream)])
-        refusal = "two processes connect as rank " + std::to_string(from) + " (stream " + std::to_string(stream) + ")";
-      net::writer a;
-      a.num(hello_magic).num(static_cast<std::uint8_t>(refusal.empty() ? 0 : 1)).str(refusal);
-      try {
-        io_by(*p.l, a.out.data(), a.out.size(), true, deadline, "answering a connection");
-      } catch (const error&) {
-        if (refusal.empty()) throw;
-      }
-      if (!refusal.empty()) {
-        if (fatal) throw config_error("tcp start-up: rank " + std::to_string(R) + " refused a connection: " + refusal);
-        log_refusal(R, p.from, refusal, logged);
-        pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
-        continue;
-      }
-      m.peers[static_cast<std::size_t>(from)][static_cast<std::size_t>(stream)] = std::move(p.l);
-      --missing;
-      pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
-    }
   }
 }
 
@@ -168,8 +118,13 @@ TUTTI_COLD TUTTI_DECL std::shared_ptr<connections> connect_all(const job_env& jo
                 "(tuttirun sets a token)");
   const auto deadline = clock::now() + cfg.timeout;
   if (job.rank == 0)
-    m->server = how.server ? std::move(how.server) : std::make_shared<store_server>(master, job.master_port, job.world_size, token);
-  store kv(master, job.master_port, how.successor ? -1 : job.rank, how.successor ? 0 : job.world_size, token, cfg.timeout);
+    m->server = how.server ? std::move(how.server)
+                           : std::make_shared<store_server>(master, job.master_port, job.world_size, token, job.job_id,
+                                                            cfg.timeout);  // says who it waits for, if start-up lasts
+  // A successor's ranks sign in anonymously, to a store of the job it succeeds (a grow's: the
+  // world's, under its first job id): no rank and no job id to check.
+  store kv(master, job.master_port, how.successor ? -1 : job.rank, how.successor ? 0 : job.world_size, token, cfg.timeout,
+           how.successor ? std::string() : job.job_id);
   const std::string keys = how.successor ? "tutti/" + job.job_id + "/" : "tutti/";
 
   // The address peers reach this rank by.
@@ -277,36 +232,30 @@ TUTTI_COLD TUTTI_DECL std::shared_ptr<connections> connect_all(const job_env& jo
   return m;
 }
 
-TUTTI_COLD TUTTI_DECL std::optional<group_hello> read_group_hello(link& l, std::string& in, const connections& w,
-                                                                  std::chrono::steady_clock::time_point until,
-                                                                  std::string& why) {
-  auto take = [&](std::size_t n) {
-    const std::size_t at = in.size();
-    in.resize(at + n);
-    io_by(l, in.data() + at, n, false, until, "reading a group hello");
-  };
-  auto length_at = [&](std::size_t at) { return net::reader{std::string_view(in).substr(at)}.num<std::uint32_t>(); };
-  try {
-    take(group_hello_fixed + 4);
-    (void)parse_group_hello(in);  // the magic, before any length is trusted
-    const std::uint32_t job_bytes = length_at(group_hello_fixed);
-    if (job_bytes > max_job_id) throw net::malformed("job id of " + std::to_string(job_bytes) + " bytes");
-    take(job_bytes + 4);
-    const std::uint32_t token_bytes = length_at(in.size() - 4);
-    if (token_bytes > net::max_token) throw net::malformed("token of " + std::to_string(token_bytes) + " bytes");
-    take(token_bytes);
-    auto h = parse_group_hello(in);
-    if (!h) throw net::malformed("incomplete hello");
-    if (h->version != hello_version) why = "protocol version " + std::to_string(h->version);
-    else if (!net::same_token(h->token, w.token) || h->job_id != w.job_id) why = "wrong job token or job id: not a rank of this job";
-    else if (h->from < 0 || h->from >= w.world_size || h->stream < 0 || h->stream >= w.opt.streams) why = "no such rank or stream";
-    if (why.empty()) return h;
-  } catch (const net::malformed& e) {
-    why = e.reason;
-  } catch (const error& e) {
-    why = e.what();
+TUTTI_COLD TUTTI_DECL void keep_group_hello(connections& w, hello_queue::waiting& c, const group_hello& h) {
+  std::string why;
+  if (h.version != hello_version) why = "protocol version " + std::to_string(h.version) + " differs from " + std::to_string(hello_version);
+  else if (!net::same_token(h.token, w.token) || h.job_id != w.job_id) why = "wrong job token or job id: not a rank of this job";
+  else if (h.from < 0 || h.from >= w.world_size || h.stream < 0 || h.stream >= w.opt.streams) why = "no such rank or stream";
+  if (!why.empty()) {
+    log_refusal(w.world_rank, c.from, why, w.refusals_logged);
+    return;
   }
-  return std::nullopt;
+  w.arrived.push_back({h.context, h.from, h.stream, std::move(c.l)});
+}
+
+TUTTI_COLD TUTTI_DECL void after_startup(connections& w, hello_queue::waiting& c, const mesh_hello* mesh,
+                                         const group_hello* group) {
+  if (group) {
+    keep_group_hello(w, c, *group);
+    return;
+  }
+  (void)mesh;
+  const std::string why = "a start-up's hello, but this rank's start-up is over (a duplicate rank, or a rank of another job?)";
+  net::writer a;  // answered as start-up answers, if the socket takes it at once
+  a.num(hello_magic).num(std::uint8_t{1}).str(why);
+  (void)::send(c.l->fd(), a.out.data(), a.out.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  log_refusal(w.world_rank, c.from, why, w.refusals_logged);
 }
 
 TUTTI_COLD TUTTI_DECL std::shared_ptr<connections> connect_group(const std::shared_ptr<connections>& w,
@@ -341,26 +290,17 @@ TUTTI_COLD TUTTI_DECL std::shared_ptr<connections> connect_group(const std::shar
   // 2. Accept the members before it.
   for (std::size_t k = 0; k < mine; ++k) g->peers[static_cast<std::size_t>(members[k])].resize(static_cast<std::size_t>(S));
   std::size_t missing = mine * static_cast<std::size_t>(S);
-  while (missing > 0) {
+  // The world's acceptor is served also when this rank accepts nothing itself (the group's
+  // first member): connections to it never pile up unread.
+  const auto within = hello_time(w->timeout);
+  const auto on_hello = [&](hello_queue::waiting& c, const mesh_hello* mesh, const group_hello* group) {
+    after_startup(*w, c, mesh, group);
+  };
+  while (true) {
+    std::vector<pollfd> fds;
     {
       std::lock_guard lk(w->joining);
-      while (true) {
-        auto l = std::make_unique<link>(w->io);
-        asio::error_code ec;
-        w->acceptor->accept(l->sock, ec);
-        if (ec) break;
-        l->sock.set_option(asio::ip::tcp::no_delay(true), ec);
-        l->sock.non_blocking(true, ec);
-        const auto peer = l->sock.remote_endpoint(ec);
-        const std::string from = ec ? std::string("an unknown address") : sockaddr_text(peer);
-        std::string in, why;
-        const auto h = read_group_hello(*l, in, *w, std::min(deadline, clock::now() + net::hello_within), why);
-        if (!h) {
-          log_refusal(R, from, why, w->refusals_logged);
-          continue;
-        }
-        w->arrived.push_back({h->context, h->from, h->stream, std::move(l)});
-      }
+      w->waiting.serve(*w->acceptor, w->io, within, R, w->refusals_logged, on_hello);
       // Take this group's.
       for (auto it = w->arrived.begin(); it != w->arrived.end();) {
         if (it->context == context) {
@@ -374,6 +314,7 @@ TUTTI_COLD TUTTI_DECL std::shared_ptr<connections> connect_group(const std::shar
         }
         ++it;
       }
+      if (missing > 0) w->waiting.add_fds(*w->acceptor, fds);
     }
     if (missing == 0) break;
     if (clock::now() >= deadline) {
@@ -387,8 +328,8 @@ TUTTI_COLD TUTTI_DECL std::shared_ptr<connections> connect_group(const std::shar
       throw timeout_error("tcp: making a group's connections: rank " + std::to_string(R) + " timed out waiting for world rank(s) " +
                           who + " to connect");
     }
-    pollfd pf{w->acceptor->native_handle(), POLLIN, 0};
-    ::poll(&pf, 1, 5);
+    // Other threads may serve the same descriptors meanwhile: a short wait, then a look.
+    ::poll(fds.data(), fds.size(), 5);
   }
   return g;
 }

@@ -42,7 +42,7 @@ struct mesh_hello {
   std::string_view job_id, token;  // point into the parsed bytes
   std::size_t size = 0;            // bytes it took
 };
-inline constexpr std::size_t max_job_id = 256;  // TUTTI_JOB_ID; tuttirun's are far shorter
+using net::max_job_id;  // TUTTI_JOB_ID; tuttirun's are far shorter
 inline constexpr std::size_t hello_fixed = 8 + 4 + 4 * 4;
 /// The longest hello: the acceptor never buffers more than this (plus one read) per connection.
 inline constexpr std::size_t max_hello_bytes = hello_fixed + 4 + max_job_id + 4 + net::max_token;
