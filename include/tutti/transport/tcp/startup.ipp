@@ -300,7 +300,8 @@ TUTTI_COLD TUTTI_DECL std::shared_ptr<connections> connect_group(const std::shar
     std::vector<pollfd> fds;
     {
       std::lock_guard lk(w->joining);
-      w->waiting.serve(*w->acceptor, w->io, within, R, w->refusals_logged, on_hello);
+      if (w->acceptor)  // none in a world of one rank
+        w->waiting.serve(*w->acceptor, w->io, within, R, w->refusals_logged, on_hello);
       // Take this group's.
       for (auto it = w->arrived.begin(); it != w->arrived.end();) {
         if (it->context == context) {
@@ -314,7 +315,7 @@ TUTTI_COLD TUTTI_DECL std::shared_ptr<connections> connect_group(const std::shar
         }
         ++it;
       }
-      if (missing > 0) w->waiting.add_fds(*w->acceptor, fds);
+      if (missing > 0 && w->acceptor) w->waiting.add_fds(*w->acceptor, fds);
     }
     if (missing == 0) break;
     if (clock::now() >= deadline) {
