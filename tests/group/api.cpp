@@ -93,7 +93,7 @@ TEST_CASE("usage_error: v-collective arguments a rank can see are wrong alone, b
   });
 }
 
-TEST_CASE("a batch open while its communicator moves ends with the move; a held request refuses wait") {
+TEST_CASE("a batch open while its communicator moves ends with the move, a held request refuses wait") {
   // Before: the batch kept the moved-from communicator and its requests never completed.
   for (int n : {2, 3}) {
     CAPTURE(n);
