@@ -85,7 +85,7 @@ run_local() {
   check "always-fail: exactly 2 restart lines, 1/2 then 2/2" \
     "[[ \$(grep '^tuttirun: restart [0-9][0-9]*/' $logs/always | tr '\n' '|') == 'tuttirun: restart 1/2 after rank 1 exited with status 7|tuttirun: restart 2/2 after rank 1 exited with status 7|' ]]"
   check "always-fail: the root cause names rank 1, local rank 1, status 7, attempt 2, its time and last words" \
-    "grep -qx 'tuttirun: Root Cause (first observed failure):' $logs/always &&
+    "grep -qx 'tuttirun: Root Cause (the failure the others followed):' $logs/always &&
      grep -qx 'tuttirun:   rank:       1 (local rank 1)' $logs/always &&
      grep -qx 'tuttirun:   exit code:  7 (exited with status 7)' $logs/always &&
      grep -qE '^tuttirun:   time:       [0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]{8}\.[0-9]{3} [+-][0-9]{4}$' $logs/always &&
