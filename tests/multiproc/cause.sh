@@ -4,8 +4,9 @@
 #   cause-lingers 1 7: rank 1 closes its communicator, so its peers die of peer_lost (SIGABRT)
 #     at once, and exits 7 only 0.5 s later. Across two nodes (two tuttiruns on loopback, 2 ranks
 #     each, --max-restarts=1; three times, each on new ports): both exit 7, and both name rank 1 as
-#     the cause in the restart line, the summary and the root cause, never a victim. On one node:
-#     exit 7, the cause named before the summary.
+#     the cause in the restart line, the summary and the root cause, never a victim. Without
+#     --max-restarts, node 0 exits 7 and node 1 names rank 1 all the same. On one node: exit 7, the
+#     cause named before the summary, and the summary's exit status 7.
 #   return-early 2: rank 2 returns 0 at once while the others wait in an all_reduce and exit 1
 #     (peer_lost): the summary names rank 2, which exited with status 0 before the others finished.
 #     Also across two nodes (rank 1 on node 0 returns early): both name it.
@@ -72,6 +73,15 @@ for run in 1 2 3; do
   [[ $fail -eq $failed_before ]] || { show lingers$run.0; show lingers$run.1; }
 done
 
+# Two nodes without --max-restarts (no rendezvous: the nodes do not compare notes): node 0 exits
+# 7 naming rank 1; node 1, whose ranks only lost it, names it too.
+failed_before=$fail
+nodes alone "$prog" cause-lingers 1 7
+check "two nodes, no restarts: node 0 exits 7 (got $rc0), node 1 non-zero (got $rc1)" "[[ $rc0 == 7 && $rc1 != 0 ]]"
+check "two nodes, no restarts: node 1 names rank 1 (node 0) as the cause" \
+  "grep -qx 'tuttirun: the cause: rank 1 (node 0), which the ranks here lost' $logs/alone.1"
+[[ $fail -eq $failed_before ]] || { show alone.0; show alone.1; }
+
 # One node: the same, no restarts.
 failed_before=$fail
 TUTTI_TIMEOUT=5 timeout 60 "$tuttirun" --nproc-per-node=3 --failure-grace=1 --grace=1 "$prog" cause-lingers 1 7 \
@@ -79,8 +89,8 @@ TUTTI_TIMEOUT=5 timeout 60 "$tuttirun" --nproc-per-node=3 --failure-grace=1 --gr
 echo $? >"$logs/one.rc"
 check "one node: rank 1 exits 7 after its peers died of peer_lost: tuttirun exits 7 (got $(cat "$logs/one.rc"))" \
   "[[ \$(cat $logs/one.rc) == 7 ]]"
-check "one node: the cause, rank 1, is named before the summary" \
-  "grep -B1 '^tuttirun: 3 of 3 ranks failed' $logs/one | head -1 | grep -qx 'tuttirun: the cause: rank 1 exited with status 7'"
+check "one node: the cause, rank 1, is named before the summary, whose exit status is 7" \
+  "grep -B1 '^tuttirun: 3 of 3 ranks failed, rank [02] first (exit status 7):$' $logs/one | head -1 | grep -qx 'tuttirun: the cause: rank 1 exited with status 7'"
 [[ $fail -eq $failed_before ]] || show one
 
 # A rank returns 0 early: the others' failure began there.

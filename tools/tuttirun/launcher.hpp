@@ -92,7 +92,7 @@ class launcher {
     if (!failure_) return {false, interrupted_ ? 128 + interrupted_ : 0};
     const std::vector<failure_report> seen = failures_seen();
     const failure_report cause = pick_cause(seen).value_or(local_cause());
-    print_summary(cause);
+    print_summary(cause, job_status(cause, seen));
     if (!signalled_ && attempt_ < o_.max_restarts) {
       if (!cause.no_restart) {
         say(restart_text(attempt_ + 1, cause));
@@ -108,7 +108,7 @@ class launcher {
   attempt_outcome end_attempt_across_nodes() {
     const int code = failure_ ? *failure_ : interrupted_ ? 128 + interrupted_ : 0;
     if (aborted_) {
-      print_summary(std::nullopt);
+      print_summary(std::nullopt, std::nullopt);
       return {false, exit_launcher_error};
     }
     if (code == 0 && !remote_failure_)
@@ -116,7 +116,13 @@ class launcher {
     rdzv_->report_done(attempt_, code, failure_ || remote_failure_ ? failures_seen() : std::vector<failure_report>{});
     const rdzv_event ev = await_decision();
     // Not for a signal (as with one node). The cause is node 0's pick, from every node's part.
-    if (failure_ || remote_failure_) print_summary(ev.what != rdzv_event::kind::abort ? ev.report : std::nullopt);
+    if (failure_ || remote_failure_) {
+      const bool ended = ev.what == rdzv_event::kind::end && ev.code != 0;
+      print_summary(ev.what != rdzv_event::kind::abort ? ev.report : std::nullopt,
+                    ended                                ? std::optional(ev.code)
+                    : ev.report && ev.report->exit_code ? std::optional(ev.report->exit_code)
+                                                        : std::nullopt);
+    }
     if (ev.what == rdzv_event::kind::abort) return {false, ev.code};
     if (ev.what == rdzv_event::kind::start) {
       if (ev.report) say(restart_text(ev.attempt, *ev.report));
@@ -580,10 +586,10 @@ class launcher {
   }
 
   // Every rank that failed, the cause first, then in the order they failed, with its exit status
-  // and last line on stderr. The cause (pick_cause; across nodes node 0's pick) is named on a line
+  // and last line on stderr; the header gives the job's `status` (the cause's) where known. The cause (pick_cause; across nodes node 0's pick) is named on a line
   // of its own first where it is not the rank that failed first here: it may have failed later, on
   // another node, or exited with status 0.
-  void print_summary(const std::optional<failure_report>& cause) const {
+  void print_summary(const std::optional<failure_report>& cause, std::optional<int> status) const {
     const bool nodes = o_.nnodes > 1;
     auto is_cause = [&](const rank_process& r) {
       return cause && cause->rank >= 0 && cause->rank == r.rank && cause->node == o_.node_rank;
@@ -591,6 +597,12 @@ class launcher {
     const bool cause_first = first_failed_ && is_cause(ranks_[*first_failed_]);
     std::string text;
     if (cause && !cause_first) text += "tuttirun: the cause: " + cause_text(*cause, nodes) + "\n";
+    // Only victims here, of a rank of another node (without --max-restarts the nodes do not
+    // compare notes): that rank is named, though its status is not known here.
+    if (cause && cause->role == failure_role::victim && cause->victim_of >= 0 &&
+        cause->victim_of / o_.nproc_per_node != o_.node_rank)
+      text += "tuttirun: the cause: rank " + std::to_string(cause->victim_of) + " (node " +
+              std::to_string(cause->victim_of / o_.nproc_per_node) + "), which the ranks here lost\n";
     if (failed_.empty()) {
       write_all(STDERR_FILENO, text);
       return;
@@ -598,7 +610,7 @@ class launcher {
     text += "tuttirun: " + std::to_string(failed_.size()) + " of " + std::to_string(ranks_.size()) +
             (ranks_.size() == 1 ? " rank" : " ranks") + (nodes ? " on this node" : "") + " failed" +
             (first_failed_ ? ", rank " + std::to_string(ranks_[*first_failed_].rank) + " first" : "") +
-            (failure_          ? " (exit status " + std::to_string(*failure_) + ")"
+            (failure_          ? " (exit status " + std::to_string(status.value_or(*failure_)) + ")"
              : remote_failure_ ? " after the failure on node " + std::to_string(remote_failure_->node)
                                : "") +
             ":\n";
