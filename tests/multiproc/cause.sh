@@ -7,6 +7,8 @@
 #     the cause in the restart line, the summary and the root cause, never a victim. Without
 #     --max-restarts, node 0 exits 7 and node 1 names rank 1 all the same. On one node: exit 7, the
 #     cause named before the summary, and the summary's exit status 7.
+#   sleep 30, and SIGTERM to node 1's tuttirun: that is the cause on both nodes, not the ranks
+#     tuttirun stopped.
 #   return-early 2: rank 2 returns 0 at once while the others wait in an all_reduce and exit 1
 #     (peer_lost): the summary names rank 2, which exited with status 0 before the others finished.
 #     Also across two nodes (rank 1 on node 0 returns early): both name it.
@@ -81,6 +83,32 @@ check "two nodes, no restarts: node 0 exits 7 (got $rc0), node 1 non-zero (got $
 check "two nodes, no restarts: node 1 names rank 1 (node 0) as the cause" \
   "grep -qx 'tuttirun: the cause: rank 1 (node 0), which the ranks here lost' $logs/alone.1"
 [[ $fail -eq $failed_before ]] || { show alone.0; show alone.1; }
+
+# A signal to node 1's tuttirun is the cause, not the ranks it stopped on either node.
+failed_before=$fail
+port=$(pick_ports)
+TUTTI_JOB_TOKEN=$(head -c16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+for k in 0 1; do
+  (
+    TUTTI_TIMEOUT=5 timeout 60 "$tuttirun" --nnodes=2 --node-rank=$k --nproc-per-node=2 --master-addr=127.0.0.1 \
+      --master-port="$port" --failure-grace=1 --grace=1 --rdzv-timeout=10 --max-restarts=2 "$prog" sleep 30 \
+      >"$logs/term.$k" 2>&1 &
+    echo $! >"$logs/term.$k.pid"
+    wait $!
+    echo $? >"$logs/term.$k.rc"
+  ) &
+done
+for ((i = 0; i < 200; i++)); do
+  [[ $(cat "$logs"/term.[01] 2>/dev/null | grep -c 'restarts: attempt 0 rank [0-3] of 4: world up') -eq 4 ]] && break
+  sleep 0.05
+done
+kill -TERM "$(cat "$logs/term.1.pid")"
+wait
+rc0=$(cat "$logs/term.0.rc") rc1=$(cat "$logs/term.1.rc")
+check "two nodes, SIGTERM to node 1's tuttirun: both exit 143 (got $rc0, $rc1)" "[[ $rc0 == 143 && $rc1 == 143 ]]"
+check "two nodes, SIGTERM to node 1's tuttirun: both name it as the root cause" \
+  "(for k in 0 1; do grep -qx 'tuttirun:   rank:       none (tuttirun on node 1 received SIGTERM)' $logs/term.\$k || exit 1; done)"
+[[ $fail -eq $failed_before ]] || { show term.0; show term.1; }
 
 # One node: the same, no restarts.
 failed_before=$fail

@@ -113,7 +113,7 @@ class launcher {
     }
     if (code == 0 && !remote_failure_)
       say("this node's ranks finished attempt " + std::to_string(attempt_) + "; waiting for the other nodes");
-    rdzv_->report_done(attempt_, code, failure_ || remote_failure_ ? failures_seen() : std::vector<failure_report>{});
+    rdzv_->report_done(attempt_, code, code != 0 || remote_failure_ ? failures_seen() : std::vector<failure_report>{});
     const rdzv_event ev = await_decision();
     // Not for a signal (as with one node). The cause is node 0's pick, from every node's part.
     if (failure_ || remote_failure_) {
@@ -211,6 +211,7 @@ class launcher {
   std::vector<failure_report> failures_seen() const {
     std::vector<failure_report> seen;
     if (local_failure_ && local_failure_->pid < 0) seen.push_back(*local_failure_);  // no rank's exit
+    if (signal_report_ && signal_report_->attempt == attempt_) seen.push_back(*signal_report_);
     for (const rank_process& r : ranks_) {
       if (!r.exit_wstatus) continue;
       const int wstatus = *r.exit_wstatus;
@@ -306,6 +307,7 @@ class launcher {
     failure_report r = base_report(128 + sig);
     r.what = "tuttirun on node " + std::to_string(o_.node_rank) + " received " + signal_name(sig);
     r.no_restart = true;
+    signal_report_ = r;
     rdzv_->report_failure(r);
   }
 
@@ -724,6 +726,7 @@ class launcher {
   int sigints_ = 0;
   std::optional<failure_report> local_failure_;   // this attempt's first failure on this node
   std::optional<failure_report> remote_failure_;  // another node's, when it came first
+  std::optional<failure_report> signal_report_;   // across nodes, the signal that ends the job
   bool aborted_ = false;                          // the rendezvous ended the job
   bool killed_ = false;
   bool sent_[65] = {};  // signals tuttirun has sent to the ranks
