@@ -100,7 +100,7 @@ class launcher {
       }
       say("no restart: every attempt would fail the same way");
     }
-    if (o_.max_restarts > 0) print_root_cause(cause);
+    if (o_.max_restarts > 0) print_root_cause(cause, job_status(cause, seen));
     return {false, job_status(cause, seen)};
   }
 
@@ -128,7 +128,7 @@ class launcher {
       if (ev.report) say(restart_text(ev.attempt, *ev.report));
       return {true, 0, ev.attempt};
     }
-    if (ev.report) print_root_cause(*ev.report);
+    if (ev.report) print_root_cause(*ev.report, ev.code);
     // Node 0's status for the job (its cause's), the same on every node.
     if (ev.code != 0) return {false, ev.code};
     return {false, failure_ ? *failure_ : interrupted_ ? 128 + interrupted_ : 0};
@@ -313,7 +313,7 @@ class launcher {
 
   // The root cause, as torchrun prints it: the cause of the last attempt's failure (pick_cause), which
   // need not be its first failure observed.
-  void print_root_cause(const failure_report& r) const {
+  void print_root_cause(const failure_report& r, int status) const {
     const bool nodes = o_.nnodes > 1;
     const std::string on_node = nodes ? " on node " + std::to_string(r.node) : "";
     std::string text = "tuttirun: Root Cause (the failure the others followed):\n";
@@ -322,7 +322,8 @@ class launcher {
     };
     row("rank:       ", r.rank >= 0 ? std::to_string(r.rank) + " (local rank " + std::to_string(r.local_rank) + on_node + ")"
                                     : "none (" + r.what + ")");
-    row("exit code:  ", std::to_string(r.exit_code) + (r.rank >= 0 ? " (" + r.what + ")" : ""));
+    row("exit code:  ", std::to_string(r.exit_code) + (r.rank >= 0 ? " (" + r.what + ")" : "") +
+                            (status != r.exit_code ? "; the job exits with " + std::to_string(status) + ", its first failure's" : ""));
     row("time:       ", wall_time_text(r.unix_ms) + (nodes && r.node != o_.node_rank ? " (node " + std::to_string(r.node) + "'s clock)" : ""));
     row("attempt:    ", std::to_string(r.attempt) + " (TUTTI_RESTART_COUNT; " + std::to_string(r.attempt) + " of --max-restarts=" +
                             std::to_string(o_.max_restarts) + " restarts used)");
@@ -588,9 +589,10 @@ class launcher {
   }
 
   // Every rank that failed, the cause first, then in the order they failed, with its exit status
-  // and last line on stderr; the header gives the job's `status` (the cause's) where known. The cause (pick_cause; across nodes node 0's pick) is named on a line
-  // of its own first where it is not the rank that failed first here: it may have failed later, on
-  // another node, or exited with status 0.
+  // and last line on stderr; the header gives the job's `status` (the cause's) where known. The
+  // cause (pick_cause; across nodes node 0's pick) is named on a line of its own first where it
+  // is not the rank that failed first here: it may have failed later, on another node, or
+  // exited with status 0.
   void print_summary(const std::optional<failure_report>& cause, std::optional<int> status) const {
     const bool nodes = o_.nnodes > 1;
     auto is_cause = [&](const rank_process& r) {
