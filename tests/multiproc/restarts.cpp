@@ -6,12 +6,18 @@
 //                               learn it in their next barrier (peer_lost, 0.5 s later) and exit 1
 //   always-fail <rank> <status> that rank exits <status> in every attempt
 //   sleep <seconds>             every rank sleeps, then meets the others in a barrier, exits 0
+//   cause-lingers <rank> <status>  that rank closes its communicator, so the others (in a barrier,
+//                               not catching) die of peer_lost by SIGABRT at once, and exits
+//                               <status> only 0.5 s later: its peers fail first in time, victims
+//   return-early <rank>         that rank returns 0 at once; the others wait in an all_reduce,
+//                               raise peer_lost and exit 1
 // Every rank first checks that TORCHELASTIC_RESTART_COUNT and TUTTI_RESTART_COUNT are set and
 // equal (exit 10 otherwise), and prints one line per attempt:
 //   "restarts: attempt A rank R of W: world up, sum of ranks S, job JOB port P"
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
 #include <tutti/transport/tcp.hpp>
@@ -38,7 +44,8 @@ int main(int argc, char** argv) {
   }
   const int attempt = std::atoi(tutti_count.c_str());
 
-  auto comm = tutti::communicator<tutti::tcp>::from_env();
+  std::optional<tutti::communicator<tutti::tcp>> held(tutti::communicator<tutti::tcp>::from_env());
+  auto& comm = *held;
   comm.set_timeout(60s);
   std::vector<long long> sum{comm.rank()};
   comm.all_reduce(tutti::view(sum));
@@ -62,6 +69,26 @@ int main(int argc, char** argv) {
     const int status = argc > 3 ? std::atoi(argv[3]) : 7;
     std::fprintf(stderr, "restarts: rank %d fails on purpose with status %d in attempt %d\n", who, status, attempt);
     return status;
+  }
+  if (mode == "cause-lingers") {
+    if (comm.rank() == who) {
+      std::fprintf(stderr, "restarts: rank %d leaves and exits with status %d in 0.5 s\n", who, argc > 3 ? std::atoi(argv[3]) : 7);
+      held.reset();
+      std::this_thread::sleep_for(500ms);
+      return argc > 3 ? std::atoi(argv[3]) : 7;
+    }
+    comm.barrier();  // not caught: std::terminate, SIGABRT
+    return 0;
+  }
+  if (mode == "return-early" && comm.rank() == who) return 0;
+  if (mode == "return-early") {
+    try {
+      comm.all_reduce(tutti::view(sum));
+    } catch (const tutti::error& e) {
+      std::fprintf(stderr, "restarts: attempt %d rank %d: %s\n", attempt, comm.rank(), e.what());
+      return 1;
+    }
+    return 0;
   }
   if (mode == "sleep") std::this_thread::sleep_for(std::chrono::duration<double>(argc > 2 ? std::atof(argv[2]) : 1));
   // The others meet the failing rank's absence only after it has surely exited, so that tuttirun

@@ -7,7 +7,8 @@
 #              behaviour; SIGTERM to tuttirun: no restart; bad values: usage errors.
 #   two nodes: tuttirun in two network namespaces (tests/multiproc/netns_hosts.sh): a rank of
 #              node 1 fails in attempt 0 only: both restart together and exit 0; one that always
-#              fails: both exit non-zero after 2 restarts; node 1's tuttirun killed: node 0 says so
+#              fails: both exit non-zero after 2 restarts; a rank that exits 7 after its peers died
+#              of peer_lost: both name it, not a victim, and exit 7; node 1's tuttirun killed: node 0 says so
 #              and exits 1 at once; node 1 missing or with another token: node 0 exits 1 after
 #              --rdzv-timeout. Needs root (CAP_NET_ADMIN); elsewhere this part is skipped (exit 77
 #              when it is all that was asked for, or all the rest passed).
@@ -85,7 +86,7 @@ run_local() {
   check "always-fail: exactly 2 restart lines, 1/2 then 2/2" \
     "[[ \$(grep '^tuttirun: restart [0-9][0-9]*/' $logs/always | tr '\n' '|') == 'tuttirun: restart 1/2 after rank 1 exited with status 7|tuttirun: restart 2/2 after rank 1 exited with status 7|' ]]"
   check "always-fail: the root cause names rank 1, local rank 1, status 7, attempt 2, its time and last words" \
-    "grep -qx 'tuttirun: Root Cause (first observed failure):' $logs/always &&
+    "grep -qx 'tuttirun: Root Cause (the failure the others followed):' $logs/always &&
      grep -qx 'tuttirun:   rank:       1 (local rank 1)' $logs/always &&
      grep -qx 'tuttirun:   exit code:  7 (exited with status 7)' $logs/always &&
      grep -qE '^tuttirun:   time:       [0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]{8}\.[0-9]{3} [+-][0-9]{4}$' $logs/always &&
@@ -223,6 +224,17 @@ run_nodes() {
        grep -qx 'tuttirun:   exit code:  7 (exited with status 7)' $logs/nalways.\$k &&
        grep -q '^tuttirun:   attempt:    2 ' $logs/nalways.\$k || exit 1; done)"
   [[ $fail -eq $failed_before ]] || show_nodes nalways
+
+  # Rank 1 (node 0) exits 7 only after its peers on both nodes died of peer_lost (SIGABRT): both
+  # nodes name it, not a victim, and exit 7 (multiproc.cause has more of this, on loopback).
+  failed_before=$fail
+  both ncause --max-restarts=1 --grace=1 "$prog" cause-lingers 1 7
+  check "two nodes, cause-lingers 1 7: both exit 7 (got $rc0, $rc1)" "[[ $rc0 == 7 && $rc1 == 7 ]]"
+  check "two nodes, cause-lingers: both restart after rank 1, not a victim, and name it as the root cause" \
+    "(for k in 0 1; do grep -qx 'tuttirun: restart 1/1 after rank 1 (node 0) exited with status 7' $logs/ncause.\$k &&
+       grep -qx 'tuttirun:   rank:       1 (local rank 1 on node 0)' $logs/ncause.\$k || exit 1; done) &&
+     [[ \$(cat $logs/ncause.[01] | grep -c '^tuttirun: restart [0-9]') -eq 2 ]]"
+  [[ $fail -eq $failed_before ]] || show_nodes ncause
 
   # Node 1's tuttirun is killed while the ranks run: node 0 says so and ends at once.
   failed_before=$fail

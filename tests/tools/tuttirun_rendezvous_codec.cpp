@@ -36,6 +36,16 @@ failure_report signal_failure() {
   return r;
 }
 
+// A rank whose last words blame rank 3 (failure_role::victim).
+failure_report victim_failure() {
+  failure_report r;
+  r.attempt = 1, r.node = 1, r.rank = 2, r.local_rank = 0, r.pid = 4243, r.exit_code = 134;
+  r.unix_ms = 1700000000100, r.role = failure_role::victim, r.victim_of = 3;
+  r.what = "was killed by signal 6 (SIGABRT)";
+  r.last_line = "  what():  rank 3 failed, so ...";
+  return r;
+}
+
 // One of each message, with and without the reports that may be left out.
 std::vector<rdzv_message> every_message() {
   return {
@@ -46,6 +56,7 @@ std::vector<rdzv_message> every_message() {
       rdzv_msg::failed{4, signal_failure()},
       rdzv_msg::done{0, 0, std::nullopt},
       rdzv_msg::done{1, 7, rank_failure()},
+      rdzv_msg::done{1, 134, victim_failure()},
       rdzv_msg::leave{"received SIGTERM while waiting for the other nodes"},
       rdzv_msg::start{0, std::nullopt},
       rdzv_msg::start{2, rank_failure()},
@@ -70,14 +81,16 @@ std::string join(const std::vector<std::string_view>& fields, std::size_t count)
 TEST_SUITE_BEGIN("unit");
 
 TEST_CASE("tuttirun rendezvous codec: the lines are those older tuttiruns send and read") {
-  CHECK(encode(rdzv_msg::hello{"00ff10ab", 2, 1, 3}) == "hello\ttuttirun-rdzv/1\t00ff10ab\t2\t1\t3");
+  CHECK(encode(rdzv_msg::hello{"00ff10ab", 2, 1, 3}) == "hello\ttuttirun-rdzv/2\t00ff10ab\t2\t1\t3");
   CHECK(encode(rdzv_msg::welcome{}) == "welcome");
   CHECK(encode(rdzv_msg::refused{"no"}) == "refused\tno");
   CHECK(encode(rdzv_msg::failed{1, rank_failure()}) ==
-        "failed\t1\t1\t0\t3\t3\t4242\t7\t1700000000123\t0\texited with status 7\tboom: peer_lost (rank 2)");
+        "failed\t1\t1\t0\t3\t3\t4242\t7\t1700000000123\t0\t0\t-1\texited with status 7\tboom: peer_lost (rank 2)");
+  CHECK(encode(rdzv_msg::failed{1, victim_failure()}) ==
+        "failed\t1\t1\t1\t2\t0\t4243\t134\t1700000000100\t0\t1\t3\twas killed by signal 6 (SIGABRT)\t  what():  rank 3 failed, so ...");
   CHECK(encode(rdzv_msg::done{0, 0, std::nullopt}) == "done\t0\t0");
   CHECK(encode(rdzv_msg::done{4, 130, signal_failure()}) ==
-        "done\t4\t130\t4\t2\t-1\t-1\t-1\t130\t5\t1\ttuttirun on node 2 received SIGINT\t");
+        "done\t4\t130\t4\t2\t-1\t-1\t-1\t130\t5\t1\t0\t-1\ttuttirun on node 2 received SIGINT\t");
   CHECK(encode(rdzv_msg::leave{"bye"}) == "leave\tbye");
   CHECK(encode(rdzv_msg::start{0, std::nullopt}) == "start\t0");
   CHECK(encode(rdzv_msg::end{3, 7, std::nullopt}) == "end\t3\t7");
@@ -113,12 +126,16 @@ TEST_CASE("tuttirun rendezvous codec: tabs and line ends in a text are sent as s
   CHECK(encode(rdzv_msg::refused{"x\ry"}) == "refused\tx y");
 }
 
-TEST_CASE("tuttirun rendezvous codec: a report's status is read as 1-255") {
+TEST_CASE("tuttirun rendezvous codec: a report's status is read as 0-255") {
   failure_report r = rank_failure();
-  r.exit_code = 0;
+  r.exit_code = -5;
+  const std::optional<rdzv_message> negative = decode(encode(rdzv_msg::failed{1, r}));
+  REQUIRE(message_as<rdzv_msg::failed>(negative));
+  CHECK(message_as<rdzv_msg::failed>(negative)->report.exit_code == 0);
+  r.exit_code = 0;  // a rank that left early (failure_role::early_exit)
   const std::optional<rdzv_message> zero = decode(encode(rdzv_msg::failed{1, r}));
   REQUIRE(message_as<rdzv_msg::failed>(zero));
-  CHECK(message_as<rdzv_msg::failed>(zero)->report.exit_code == 1);
+  CHECK(message_as<rdzv_msg::failed>(zero)->report.exit_code == 0);
   r.exit_code = 300;
   const std::optional<rdzv_message> big = decode(encode(rdzv_msg::failed{1, r}));
   REQUIRE(message_as<rdzv_msg::failed>(big));
@@ -161,9 +178,10 @@ TEST_CASE("tuttirun rendezvous codec: garbage and extra fields and other protoco
       "\t\t\t",
       "hello",
       "HELLO\ttuttirun-rdzv/1\t00ff\t2\t1\t3",
-      "hello\ttuttirun-rdzv/2\t00ff\t2\t1\t3",
-      "hello\ttuttirun-rdzv/1\t00ff\ttwo\t1\t3",
-      "hello\ttuttirun-rdzv/1\t00ff\t2\t1\t3\textra",
+      "hello\ttuttirun-rdzv/1\t00ff\t2\t1\t3",  // an older tuttirun: its reports have ten fields
+      "hello\ttuttirun-rdzv/3\t00ff\t2\t1\t3",
+      "hello\ttuttirun-rdzv/2\t00ff\ttwo\t1\t3",
+      "hello\ttuttirun-rdzv/2\t00ff\t2\t1\t3\textra",
       "hello tuttirun-rdzv/1 00ff 2 1 3",
       "welcome\t",
       "welcome\textra",
@@ -193,8 +211,11 @@ TEST_CASE("tuttirun rendezvous codec: garbage and extra fields and other protoco
       "end\t1\t7\tgarbage",
       "end\t1\t7\t" + report + "\textra",
       "end\t-3\t7",
-      "failed\t1\t1\t0\t3\t3\tpid\t7\t1700000000123\t0\texited\tboom",
-      "failed\t1\t1\t0\t3\t3\t4242\t7\t1700000000123\tno\texited\tboom",
+      "failed\t1\t1\t0\t3\t3\tpid\t7\t1700000000123\t0\t0\t-1\texited\tboom",
+      "failed\t1\t1\t0\t3\t3\t4242\t7\t1700000000123\tno\t0\t-1\texited\tboom",
+      "failed\t1\t1\t0\t3\t3\t4242\t7\t1700000000123\t0\t4\t-1\texited\tboom",   // no such role
+      "failed\t1\t1\t0\t3\t3\t4242\t7\t1700000000123\t0\t-1\t-1\texited\tboom",
+      "failed\t1\t1\t0\t3\t3\t4242\t7\t1700000000123\t0\texited\tboom",  // a /1 report
       "GET / HTTP/1.1\r",
       std::string("\0\x01\x02garbage", 10),
       std::string(3000, 'x'),
@@ -221,7 +242,7 @@ TEST_CASE("tuttirun rendezvous codec: random lines never break decode and what i
   std::mt19937 random(12345);
   SUBCASE("lines of 1-14 fields, from words a message might have and some it must not") {
     const std::string_view pieces[] = {"hello", "welcome", "refused", "failed", "done", "leave", "start",
-                                       "end", "abort", "tuttirun-rdzv/1", "0", "1", "-1", "7", "255",
+                                       "end", "abort", "tuttirun-rdzv/2", "0", "1", "-1", "7", "255",
                                        "007", "x", "", " ", "1e3", "exited with status 7", "99999999999999999999"};
     for (int trial = 0; trial < 20000; ++trial) {
       std::string line;

@@ -90,8 +90,9 @@ class launcher {
   // failure would come again (a program that cannot be run).
   attempt_outcome end_attempt() {
     if (!failure_) return {false, interrupted_ ? 128 + interrupted_ : 0};
-    print_summary();
-    const failure_report cause = local_cause();
+    const std::vector<failure_report> seen = failures_seen();
+    const failure_report cause = pick_cause(seen).value_or(local_cause());
+    print_summary(cause, job_status(cause, seen));
     if (!signalled_ && attempt_ < o_.max_restarts) {
       if (!cause.no_restart) {
         say(restart_text(attempt_ + 1, cause));
@@ -99,29 +100,38 @@ class launcher {
       }
       say("no restart: every attempt would fail the same way");
     }
-    if (o_.max_restarts > 0) print_root_cause(cause);
-    return {false, *failure_};
+    if (o_.max_restarts > 0) print_root_cause(cause, job_status(cause, seen));
+    return {false, job_status(cause, seen)};
   }
 
   // Across nodes: this node says how its part of the attempt ended, and node 0 decides for all.
   attempt_outcome end_attempt_across_nodes() {
     const int code = failure_ ? *failure_ : interrupted_ ? 128 + interrupted_ : 0;
     if (aborted_) {
-      print_summary();
+      print_summary(std::nullopt, std::nullopt);
       return {false, exit_launcher_error};
     }
     if (code == 0 && !remote_failure_)
       say("this node's ranks finished attempt " + std::to_string(attempt_) + "; waiting for the other nodes");
-    rdzv_->report_done(attempt_, code, failure_ ? std::optional(local_cause()) : std::nullopt);
+    rdzv_->report_done(attempt_, code, code != 0 || remote_failure_ ? failures_seen() : std::vector<failure_report>{});
     const rdzv_event ev = await_decision();
-    if (failure_ || remote_failure_) print_summary();  // not for a signal (as with one node)
+    // Not for a signal (as with one node). The cause is node 0's pick, from every node's part.
+    if (failure_ || remote_failure_) {
+      const bool ended = ev.what == rdzv_event::kind::end && ev.code != 0;
+      print_summary(ev.what != rdzv_event::kind::abort ? ev.report : std::nullopt,
+                    ended                                ? std::optional(ev.code)
+                    : ev.report && ev.report->exit_code ? std::optional(ev.report->exit_code)
+                                                        : std::nullopt);
+    }
     if (ev.what == rdzv_event::kind::abort) return {false, ev.code};
     if (ev.what == rdzv_event::kind::start) {
       if (ev.report) say(restart_text(ev.attempt, *ev.report));
       return {true, 0, ev.attempt};
     }
-    if (ev.report) print_root_cause(*ev.report);
-    return {false, failure_ ? *failure_ : interrupted_ ? 128 + interrupted_ : ev.code};
+    if (ev.report) print_root_cause(*ev.report, ev.code);
+    // Node 0's status for the job (its cause's), the same on every node.
+    if (ev.code != 0) return {false, ev.code};
+    return {false, failure_ ? *failure_ : interrupted_ ? 128 + interrupted_ : 0};
   }
 
   // Waits for node 0's word: start (an attempt), end or abort, saying why for an abort. A signal
@@ -189,6 +199,36 @@ class launcher {
   std::string restart_text(long long attempt, const failure_report& cause) const {
     return "restart " + std::to_string(attempt) + "/" + std::to_string(o_.max_restarts) + " after " +
            cause_text(cause, o_.nnodes > 1);
+  }
+
+  // What each rank of this node that exited had to do with the attempt's failure (and tuttirun's
+  // own failure on this node, if it had one), once the attempt is over and the ranks' last words
+  // are in: a rank whose last words on stderr blame another rank is that rank's victim (tutti's
+  // "rank 1 failed, so ... fails too"), one killed by a signal tuttirun sent was stopped, one that
+  // exited with status 0 may have left early (pick_cause decides: blamed, or before any failure;
+  // the time tuttirun saw it exit does not tell, as its victims may exit before it), and any other
+  // that failed is a cause. pick_cause() picks from these, across nodes on node 0.
+  std::vector<failure_report> failures_seen() const {
+    std::vector<failure_report> seen;
+    if (local_failure_ && local_failure_->pid < 0) seen.push_back(*local_failure_);  // no rank's exit
+    if (signal_report_ && signal_report_->attempt == attempt_) seen.push_back(*signal_report_);
+    for (const rank_process& r : ranks_) {
+      if (!r.exit_wstatus) continue;
+      const int wstatus = *r.exit_wstatus;
+      failure_report f = rank_report(r);
+      if (exit_code_of(wstatus) == 0) {
+        f.role = failure_role::early_exit;
+        f.what = "exited with status 0 at " + wall_time_text(r.exited_unix_ms) +
+                 ", before the others finished: the job's failure began there";
+      } else if (const long long blamed = blamed_rank(r.err.last_words); blamed >= 0 && blamed != r.rank) {
+        f.role = failure_role::victim;
+        f.victim_of = blamed;
+      } else if (WIFSIGNALED(wstatus) && sent_[WTERMSIG(wstatus)]) {
+        f.role = failure_role::stopped;
+      }
+      seen.push_back(f);
+    }
+    return seen;
   }
 
   // This node's first failure of the attempt, with the last line its rank wrote since.
@@ -267,20 +307,23 @@ class launcher {
     failure_report r = base_report(128 + sig);
     r.what = "tuttirun on node " + std::to_string(o_.node_rank) + " received " + signal_name(sig);
     r.no_restart = true;
+    signal_report_ = r;
     rdzv_->report_failure(r);
   }
 
-  // The root cause, as torchrun prints it: the first failure of the last attempt.
-  void print_root_cause(const failure_report& r) const {
+  // The root cause, as torchrun prints it: the cause of the last attempt's failure (pick_cause), which
+  // need not be its first failure observed.
+  void print_root_cause(const failure_report& r, int status) const {
     const bool nodes = o_.nnodes > 1;
     const std::string on_node = nodes ? " on node " + std::to_string(r.node) : "";
-    std::string text = "tuttirun: Root Cause (first observed failure):\n";
+    std::string text = "tuttirun: Root Cause (the failure the others followed):\n";
     auto row = [&](std::string_view name, const std::string& value) {
       text += "tuttirun:   " + std::string(name) + value + "\n";
     };
     row("rank:       ", r.rank >= 0 ? std::to_string(r.rank) + " (local rank " + std::to_string(r.local_rank) + on_node + ")"
                                     : "none (" + r.what + ")");
-    row("exit code:  ", std::to_string(r.exit_code) + (r.rank >= 0 ? " (" + r.what + ")" : ""));
+    row("exit code:  ", std::to_string(r.exit_code) + (r.rank >= 0 ? " (" + r.what + ")" : "") +
+                            (status != r.exit_code ? "; the job exits with " + std::to_string(status) + ", its first failure's" : ""));
     row("time:       ", wall_time_text(r.unix_ms) + (nodes && r.node != o_.node_rank ? " (node " + std::to_string(r.node) + "'s clock)" : ""));
     row("attempt:    ", std::to_string(r.attempt) + " (TUTTI_RESTART_COUNT; " + std::to_string(r.attempt) + " of --max-restarts=" +
                             std::to_string(o_.max_restarts) + " restarts used)");
@@ -331,8 +374,8 @@ class launcher {
     const spawned_process p = spawn(o_.program.data(), envp.data(), stdin_fd, child_mask_, child_sigpipe_);
     r.pid = p.pid;
     r.running = true;
-    r.out = {p.out_fd, STDOUT_FILENO, {}, false, {}};
-    r.err = {p.err_fd, STDERR_FILENO, {}, true, {}};
+    r.out = {p.out_fd, STDOUT_FILENO, {}, false, {}, {}};
+    r.err = {p.err_fd, STDERR_FILENO, {}, true, {}, {}};
   }
 
   bool finished() {
@@ -545,23 +588,45 @@ class launcher {
     arm_kill_timer();
   }
 
-  // Every rank that failed, the first one first, with its exit status and last line on stderr.
-  void print_summary() const {
-    if (failed_.empty()) return;
-    std::string text = "tuttirun: " + std::to_string(failed_.size()) + " of " + std::to_string(ranks_.size()) +
-                       (ranks_.size() == 1 ? " rank" : " ranks") + (o_.nnodes > 1 ? " on this node" : "") +
-                       " failed" +
-                       (first_failed_ ? ", rank " + std::to_string(ranks_[*first_failed_].rank) + " first" : "") +
-                       (failure_          ? " (exit status " + std::to_string(*failure_) + ")"
-                        : remote_failure_ ? " after the failure on node " + std::to_string(remote_failure_->node)
-                                          : "") +
-                       ":\n";
-    for (std::size_t i : failed_) {
+  // Every rank that failed, the cause first, then in the order they failed, with its exit status
+  // and last line on stderr; the header gives the job's `status` (the cause's) where known. The
+  // cause (pick_cause; across nodes node 0's pick) is named on a line of its own first where it
+  // is not the rank that failed first here: it may have failed later, on another node, or
+  // exited with status 0.
+  void print_summary(const std::optional<failure_report>& cause, std::optional<int> status) const {
+    const bool nodes = o_.nnodes > 1;
+    auto is_cause = [&](const rank_process& r) {
+      return cause && cause->rank >= 0 && cause->rank == r.rank && cause->node == o_.node_rank;
+    };
+    const bool cause_first = first_failed_ && is_cause(ranks_[*first_failed_]);
+    std::string text;
+    if (cause && !cause_first) text += "tuttirun: the cause: " + cause_text(*cause, nodes) + "\n";
+    // Only victims here, of a rank of another node (without --max-restarts the nodes do not
+    // compare notes): that rank is named, though its status is not known here.
+    if (cause && cause->role == failure_role::victim && cause->victim_of >= 0 &&
+        cause->victim_of / o_.nproc_per_node != o_.node_rank)
+      text += "tuttirun: the cause: rank " + std::to_string(cause->victim_of) + " (node " +
+              std::to_string(cause->victim_of / o_.nproc_per_node) + "), which the ranks here lost\n";
+    if (failed_.empty()) {
+      write_all(STDERR_FILENO, text);
+      return;
+    }
+    text += "tuttirun: " + std::to_string(failed_.size()) + " of " + std::to_string(ranks_.size()) +
+            (ranks_.size() == 1 ? " rank" : " ranks") + (nodes ? " on this node" : "") + " failed" +
+            (first_failed_ ? ", rank " + std::to_string(ranks_[*first_failed_].rank) + " first" : "") +
+            (failure_          ? " (exit status " + std::to_string(status.value_or(*failure_)) + ")"
+             : remote_failure_ ? " after the failure on node " + std::to_string(remote_failure_->node)
+                               : "") +
+            ":\n";
+    std::vector<std::size_t> order = failed_;
+    std::stable_partition(order.begin(), order.end(), [&](std::size_t i) { return is_cause(ranks_[i]); });
+    for (std::size_t i : order) {
       const rank_process& r = ranks_[i];
       const int wstatus = *r.exit_wstatus;
       text += "tuttirun:   rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) + ") " +
               describe_exit(wstatus);
       if (WIFSIGNALED(wstatus) && sent_[WTERMSIG(wstatus)] && i != first_failed_) text += ", sent by tuttirun";
+      if (is_cause(r) && !cause_first) text += " (the cause)";
       text += r.err.last_line.empty() ? "; nothing on stderr" : "; last line on stderr: " + r.err.last_line;
       text += '\n';
     }
@@ -663,6 +728,7 @@ class launcher {
   int sigints_ = 0;
   std::optional<failure_report> local_failure_;   // this attempt's first failure on this node
   std::optional<failure_report> remote_failure_;  // another node's, when it came first
+  std::optional<failure_report> signal_report_;   // across nodes, the signal that ends the job
   bool aborted_ = false;                          // the rendezvous ended the job
   bool killed_ = false;
   bool sent_[65] = {};  // signals tuttirun has sent to the ranks

@@ -19,6 +19,7 @@ struct output_stream {
   std::string pending;
   bool keeps_last_line = false;  // stderr: its last line is quoted in the exit summary
   std::string last_line;         // the last line that was not blank, without its newline
+  std::string last_words;        // the same, not counting tutti's flight recorder ("[tutti rank N] ...")
 };
 
 // Takes the complete lines of `s.pending`, each after `prefix` ("[rank R] ", or nothing with
@@ -29,6 +30,7 @@ inline std::string take_lines(output_stream& s, std::string_view prefix, bool eo
   std::string out;
   std::size_t begin = 0;
   std::string_view last;  // the last line of this batch that is not blank
+  std::string_view words;  // the last that is not a flight recorder line either
   while (begin < s.pending.size()) {
     std::size_t nl = s.pending.find('\n', begin);
     std::size_t end = nl == std::string::npos ? s.pending.size() : nl + 1;
@@ -38,14 +40,19 @@ inline std::string take_lines(output_stream& s, std::string_view prefix, bool eo
     out.append(s.pending, begin, end - begin);
     if (!complete && (!prefix.empty() || !eof)) out += '\n';
     std::string_view line(s.pending.data() + begin, end - begin);
-    if (line.find_first_not_of(" \t\r\n") != std::string_view::npos) last = line;
+    if (line.find_first_not_of(" \t\r\n") != std::string_view::npos) {
+      last = line;
+      if (!line.starts_with("[tutti rank ")) words = line;
+    }
     begin = end;
   }
-  if (s.keeps_last_line && !last.empty()) {
-    while (last.ends_with('\n') || last.ends_with('\r')) last.remove_suffix(1);
-    s.last_line.assign(last.substr(0, max_quoted_line));
-    if (last.size() > max_quoted_line) s.last_line += "...";
-  }
+  auto keep = [](std::string& kept, std::string_view line) {
+    while (line.ends_with('\n') || line.ends_with('\r')) line.remove_suffix(1);
+    kept.assign(line.substr(0, max_quoted_line));
+    if (line.size() > max_quoted_line) kept += "...";
+  };
+  if (s.keeps_last_line && !last.empty()) keep(s.last_line, last);
+  if (s.keeps_last_line && !words.empty()) keep(s.last_words, words);
   s.pending.erase(0, begin);
   return out;
 }

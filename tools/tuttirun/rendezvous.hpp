@@ -158,8 +158,9 @@ class rendezvous {
   virtual void on_time() = 0;
   // This node's first failure of an attempt, as it happens.
   virtual void report_failure(const failure_report& r) = 0;
-  // Attempt `attempt` is over on this node (every rank gone), with this node's status.
-  virtual void report_done(long long attempt, int code, const std::optional<failure_report>& first) = 0;
+  // Attempt `attempt` is over on this node (every rank gone), with this node's status and its
+  // ranks' part in the failure (the launcher's failures_seen: node 0 picks the cause from all).
+  virtual void report_done(long long attempt, int code, const std::vector<failure_report>& seen) = 0;
   // This node's tuttirun leaves (it received a signal): the others are told why.
   virtual void leave(const std::string& why) = 0;
   // Before tuttirun exits: what is still to be sent goes out.
@@ -316,8 +317,8 @@ class rdzv_server final : public rendezvous {
   }
 
   void report_failure(const failure_report& r) override { note_failure(r.attempt, r); }
-  void report_done(long long attempt, int code, const std::optional<failure_report>& first) override {
-    note_done(0, attempt, code, first);
+  void report_done(long long attempt, int code, const std::vector<failure_report>& seen) override {
+    note_done(0, attempt, code, node_pick(seen), seen);
   }
   void leave(const std::string& why) override {
     abort("node 0's tuttirun left: " + why);
@@ -368,7 +369,8 @@ class rdzv_server final : public rendezvous {
     const std::optional<rdzv_message> m = decode(line);
     if (p.node < 0) return hello(p, message_as<rdzv_msg::hello>(m));
     if (const auto* f = message_as<rdzv_msg::failed>(m)) return note_failure(f->attempt, f->report);
-    if (const auto* d = message_as<rdzv_msg::done>(m)) return note_done(p.node, d->attempt, d->code, d->first);
+    if (const auto* d = message_as<rdzv_msg::done>(m))
+      return note_done(p.node, d->attempt, d->code, d->first, d->first ? std::vector{*d->first} : std::vector<failure_report>{});
     if (const auto* l = message_as<rdzv_msg::leave>(m)) {
       p.closed = true;
       return abort("node " + std::to_string(p.node) + "'s tuttirun left: " + l->why);
@@ -429,6 +431,7 @@ class rdzv_server final : public rendezvous {
     first_.reset();
     no_restart_ = false;
     std::fill(done_.begin(), done_.end(), std::nullopt);
+    seen_.clear();
     deadline_.reset();
     broadcast(rdzv_msg::start{attempt, after});
     events.push_back({rdzv_event::kind::start, attempt, 0, after, {}});
@@ -446,14 +449,19 @@ class rdzv_server final : public rendezvous {
     deadline_ = steady_clock::now() + to_duration(o_.failure_grace_s + o_.grace_s + o_.rdzv_timeout_s) + drain_after_exit;
   }
 
-  void note_done(long long node, long long attempt, int code, const std::optional<failure_report>& first) {
+  // `first`: the failure its ranks followed, as the node judged it; `seen`: what node 0 picks the
+  // cause from (that one from another node; every rank's exit from node 0, which judges here).
+  void note_done(long long node, long long attempt, int code, const std::optional<failure_report>& first,
+                 const std::vector<failure_report>& seen) {
     auto& done = done_[static_cast<std::size_t>(node)];
     if (decided_ || !started_ || attempt != attempt_ || done) return;
     done = code;
+    seen_.insert(seen_.end(), seen.begin(), seen.end());
     if (code != 0) {
       failure_report r;
       r.attempt = attempt, r.node = node, r.exit_code = code, r.unix_ms = unix_ms_now();
       r.what = "the ranks of node " + std::to_string(node) + " failed (status " + std::to_string(code) + ")";
+      if (!first) seen_.push_back(r);
       note_failure(attempt, first ? *first : r);
     }
     // Reported as it happened, a rank's failure came before its last words on stderr.
@@ -462,13 +470,17 @@ class rdzv_server final : public rendezvous {
     if (std::all_of(done_.begin(), done_.end(), [](const std::optional<int>& d) { return d.has_value(); })) decide();
   }
 
+  // Every node is done: the cause is picked from what they saw (not the first failure reported,
+  // often a victim of the cause), and every node exits with its status.
   void decide() {
-    if (first_ && !no_restart_ && attempt_ < o_.max_restarts) return start(attempt_ + 1, first_);
+    std::optional<failure_report> cause = first_ ? pick_cause(seen_) : std::nullopt;
+    if (first_ && !cause) cause = first_;
+    if (cause && !no_restart_ && attempt_ < o_.max_restarts) return start(attempt_ + 1, cause);
     decided_ = true;
     deadline_.reset();
-    const int code = first_ ? first_->exit_code : 0;
-    broadcast(rdzv_msg::end{attempt_, code, first_});
-    events.push_back({rdzv_event::kind::end, attempt_, code, first_, {}});
+    const int code = cause ? job_status(*cause, seen_) : 0;
+    broadcast(rdzv_msg::end{attempt_, code, cause});
+    events.push_back({rdzv_event::kind::end, attempt_, code, cause, {}});
   }
 
   void abort(const std::string& why) {
@@ -515,6 +527,7 @@ class rdzv_server final : public rendezvous {
   long long attempt_ = 0;
   bool started_ = false, decided_ = false, no_restart_ = false;
   std::optional<failure_report> first_;  // the current attempt's first failure
+  std::vector<failure_report> seen_;     // the nodes' judgements of their ranks' exits (note_done)
   std::optional<steady_clock::time_point> deadline_;
   int refusals_ = 0;
 };
@@ -568,8 +581,8 @@ class rdzv_client final : public rendezvous {
     conn_->send(encode(rdzv_msg::failed{r.attempt, r}));
   }
 
-  void report_done(long long attempt, int code, const std::optional<failure_report>& first) override {
-    conn_->send(encode(rdzv_msg::done{attempt, code, first}));
+  void report_done(long long attempt, int code, const std::vector<failure_report>& seen) override {
+    conn_->send(encode(rdzv_msg::done{attempt, code, node_pick(seen)}));
     if (code != 0 || failed_attempt_ == attempt) wait_after_failure();
   }
 

@@ -18,7 +18,7 @@ namespace tuttirun {
 // With --nnodes > 1 and --max-restarts > 0, node 0's tuttirun serves a rendezvous on
 // --master-addr:--rdzv-port and every other node's tuttirun keeps one connection to it. Lines
 // of tab-separated fields:
-//   hello tuttirun-rdzv/1 TOKEN NNODES NODE MAX_RESTARTS   a node joins (TOKEN in hex)
+//   hello tuttirun-rdzv/2 TOKEN NNODES NODE MAX_RESTARTS   a node joins (TOKEN in hex)
 //   welcome | refused WHY                    node 0's answer
 //   failed K REPORT       node -> 0: the first failure this node saw in attempt K;
 //                         0 -> nodes: attempt K failed (the first report node 0 got): stop
@@ -28,11 +28,13 @@ namespace tuttirun {
 //   start K [REPORT]      0 -> nodes: every node is ready: start attempt K (after REPORT's failure)
 //   end K CODE [REPORT]   0 -> nodes: no more attempts (CODE 0: every rank succeeded)
 //   abort WHY             0 -> nodes: a node is gone or late: stop the ranks and exit 1
-// REPORT is a failure_report in ten fields. Each line is one rdzv_message below: encode() writes
+// REPORT is a failure_report in twelve fields (/2: its role and the rank it blames; /1 had ten).
+// A node's done carries its own judgement of its ranks' exits (the one that its ranks followed),
+// from which node 0 picks the cause for all (pick_cause). Each line is one rdzv_message below: encode() writes
 // it, decode() reads it back, or refuses a line that is not one (another program, a line cut
 // short, a field that is not a number where one is due).
 
-inline constexpr std::string_view rdzv_protocol = "tuttirun-rdzv/1";
+inline constexpr std::string_view rdzv_protocol = "tuttirun-rdzv/2";
 inline constexpr std::size_t max_rdzv_line = 16384;
 
 // The messages, one struct per kind of line.
@@ -101,11 +103,11 @@ inline std::string one_field(std::string_view s) {
   return f;
 }
 
-// A report as ten fields: eight numbers, then what happened and the rank's last line on stderr.
+// A report as twelve fields: ten numbers, then what happened and the rank's last line on stderr.
 inline std::string encode_report(const failure_report& r) {
   std::string s;
   for (long long v : {r.attempt, r.node, r.rank, r.local_rank, r.pid, static_cast<long long>(r.exit_code), r.unix_ms,
-                      static_cast<long long>(r.no_restart)})
+                      static_cast<long long>(r.no_restart), static_cast<long long>(r.role), r.victim_of})
     s += std::to_string(v) + '\t';
   return s + one_field(r.what) + '\t' + one_field(r.last_line);
 }
@@ -161,24 +163,29 @@ inline long long attempt_field(const std::vector<std::string_view>& f) {
   return a && *a >= 0 ? *a : -1;
 }
 
-// The report in fields[at..], which must be the last ten.
+// The report in fields[at..], which must be the last twelve.
 inline std::optional<failure_report> decode_report(const std::vector<std::string_view>& f, std::size_t at) {
-  if (f.size() != at + 10) return std::nullopt;
-  long long v[8];
-  for (std::size_t i = 0; i < 8; ++i) {
+  constexpr std::size_t numbers = 10;
+  if (f.size() != at + numbers + 2) return std::nullopt;
+  long long v[numbers];
+  for (std::size_t i = 0; i < numbers; ++i) {
     const auto x = field_int(f[at + i]);
     if (!x) return std::nullopt;
     v[i] = *x;
   }
   failure_report r;
   r.attempt = v[0], r.node = v[1], r.rank = v[2], r.local_rank = v[3], r.pid = v[4];
-  r.exit_code = static_cast<int>(std::clamp<long long>(v[5], 1, 255)), r.unix_ms = v[6], r.no_restart = v[7] != 0;
-  r.what = std::string(f[at + 8]);
-  r.last_line = std::string(f[at + 9]);
+  // 0 is the status of a rank that left early (failure_role::early_exit).
+  r.exit_code = static_cast<int>(std::clamp<long long>(v[5], 0, 255)), r.unix_ms = v[6], r.no_restart = v[7] != 0;
+  if (v[8] < 0 || v[8] > static_cast<long long>(failure_role::early_exit)) return std::nullopt;
+  r.role = static_cast<failure_role>(v[8]);
+  r.victim_of = v[9] < 0 ? -1 : v[9];
+  r.what = std::string(f[at + numbers]);
+  r.last_line = std::string(f[at + numbers + 1]);
   return r;
 }
 
-// The report that may end a message: none (no fields from `at` on) or one (the last ten). False
+// The report that may end a message: none (no fields from `at` on) or one (the last twelve). False
 // when the fields are neither.
 inline bool decode_optional_report(const std::vector<std::string_view>& f, std::size_t at,
                                    std::optional<failure_report>& r) {
