@@ -72,7 +72,9 @@ int conformance() {
         n, [sent](tutti::inproc t) { return counting_transport(t, &(*sent)[static_cast<std::size_t>(t.rank())]); },
         body);
   };
-  const auto report = tutti::testing::conformance_over_threads<counting_transport>(launch);
+  // World sizes 1-5 and 7 (the default, 1-9, runs in tutti's own inproc suite: the sizes past
+  // the cores only take longer here); the failure cases at 2 and 3 ranks.
+  const auto report = tutti::testing::conformance_over_threads<counting_transport>(launch, {}, {1, 2, 3, 4, 5, 7}, {2, 3});
   std::printf("conformance of counting_transport: %s\n", report.text().c_str());
   return report.ok() ? 0 : 1;
 }

@@ -206,7 +206,8 @@ void check_abort(Runner& run, report& rep, std::chrono::milliseconds within = st
 /// a careless program would; the others call normally, then every rank calls a barrier. The
 /// erring rank raises usage_error at its 4th call; every other rank's first error is that
 /// usage_error (named first: "rank N failed with usage_error, so ..."), in the 4th call or a
-/// later one (a rank whose part went through without waiting learns at its next wait); every
+/// later one (a rank whose part went through without waiting learns at its next wait; one still
+/// finishing the 3rd may fail there); every
 /// call after a rank's first error raises errc::aborted: no call pairs with a later one of the
 /// erring rank, so none returns wrong data.
 template <collective C, class Runner>
@@ -274,7 +275,10 @@ void check_one_rank_usage(Runner& run, report& rep) {
       rep.check(o.phase == 4, label, r, "its usage_error came from call " + std::to_string(o.phase) + ", not the 4th");
       continue;
     }
-    rep.check(o.phase >= 4, label, r, "failed at call " + std::to_string(o.phase) + ", before the mistake");
+    // The 3rd at the earliest: a rank still finishing the call before (whose peer is done with
+    // it) may see the erring rank's notice before its own completion, and fail there (mpi's
+    // non-blocking collectives): no data is returned, which is what matters.
+    rep.check(o.phase >= 3, label, r, "failed at call " + std::to_string(o.phase) + ", before the mistake's call could be reached");
     rep.check(failed_rank(o.what) == erring, label, r, "its usage_error does not name rank " + std::to_string(erring) + " first: " + o.what);
   }
 }
