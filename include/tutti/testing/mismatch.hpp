@@ -23,7 +23,6 @@
 #include <cstdint>
 #include <span>
 #include <stdexcept>
-#include <cstring>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -31,6 +30,7 @@
 
 #include "tutti/algorithm/automatic.hpp"
 #include "tutti/core/collective.hpp"
+#include "tutti/core/error.hpp"
 #include "tutti/testing/calls.hpp"
 #include "tutti/testing/collectives.hpp"
 #include "tutti/testing/outcomes.hpp"
@@ -65,11 +65,14 @@ inline int failed_rank(const std::string& what) {
   return i > 5 ? v : -1;
 }
 
-/// A message without the ": <kind>" that std::system_error appends (as a relay quotes it).
+/// A message without the ": <kind>" that std::system_error appends (as a relay quotes it: see
+/// detail::own_text), whichever tutti error code's text that is.
 inline std::string account_of(const std::string& what) {
-  for (const char* tail : {": ranks disagree", ": peer lost", ": timed out", ": invalid arguments"})
-    if (what.size() >= std::strlen(tail) && what.compare(what.size() - std::strlen(tail), std::string::npos, tail) == 0)
-      return what.substr(0, what.size() - std::strlen(tail));
+  for (int c = static_cast<int>(errc::timeout); c <= static_cast<int>(errc::aborted); ++c) {
+    const std::string tail = ": " + error_category().message(c);
+    if (what.size() >= tail.size() && what.compare(what.size() - tail.size(), std::string::npos, tail) == 0)
+      return what.substr(0, what.size() - tail.size());
+  }
   return what;
 }
 
