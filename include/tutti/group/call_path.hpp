@@ -60,15 +60,25 @@ request communicator<Transport, Algorithm>::post_all_reduce(const Algo& a, const
 template <transport Transport, algorithm Algorithm>
 template <collective C, class A, class T, class Op>
 void communicator<Transport, Algorithm>::run_call(const A& a, const desc<T, Op>& d) {
-  constexpr collective_info row = info(C);
-  constexpr buffer_layout lay = row.layout;
   static_assert(supports<A, C>,
                 "tutti: this algorithm has no schedule for this collective (the collective is named in the "
                 "instantiation above; see the table in README.md); use tutti::algo::automatic or one that has it");
-  static_assert(!(row.ordered && std::is_same_v<Op, op::avg>),
+  static_assert(!(info(C).ordered && std::is_same_v<Op, op::avg>),
                 "tutti: scan and exscan reduce in rank order; op::avg (a sum divided by the group size) has no "
                 "meaning there: use op::sum and divide by rank() + 1 where you need a running mean");
   const auto busy = ordered(collective_name(C).data());
+  const auto c = checked<C>(d);
+  if (!c.alone) run<C>(a, c.fp, c.basis, c.x);
+  if constexpr (info(C).reduces && std::is_same_v<Op, op::avg>) {
+    if (info(C).result != result_kind::reduce_to_root || d.root == rank()) finish(d.out, d.op);
+  }
+}
+
+template <transport Transport, algorithm Algorithm>
+template <collective C, class T, class Op>
+auto communicator<Transport, Algorithm>::checked(const desc<T, Op>& d) {
+  constexpr collective_info row = info(C);
+  constexpr buffer_layout lay = row.layout;
   const int p = size(), me = rank();
   const auto P = static_cast<std::size_t>(p);
   const bool at_root = me == d.root;
@@ -171,23 +181,17 @@ void communicator<Transport, Algorithm>::run_call(const A& a, const desc<T, Op>&
     else return algo::no_op{};
   }();
   using K = std::remove_const_t<decltype(kop)>;
-  const algo::call_args<T, memory, K> x{d.in, d.out, d.root, b, r, kop};
-
-  if (p == 1) {
+  checked_call<T, K> c{fp, basis, {d.in, d.out, d.root, b, r, kop}, p == 1};
+  if (c.alone) {
     if (!broken_.empty() || aborted()) [[unlikely]]
-      guarded([] {});  // raises what a call of a larger group would: unusable, or aborted
+      refuse_alone();
     if constexpr (row.result != result_kind::none && row.result != result_kind::prefix_exclusive &&
                   lay.overlap != aliasing::one_buffer) {
       const std::size_t k = std::min(d.in.size(), d.out.size());
       copy(d.in.subview(0, k), d.out.subview(0, k));
     }
-  } else {
-    run<C>(a, fp, basis, x);
   }
-
-  if constexpr (row.reduces && std::is_same_v<Op, op::avg>) {
-    if (row.result != result_kind::reduce_to_root || at_root) finish(d.out, d.op);
-  }
+  return c;
 }
 
 template <transport Transport, algorithm Algorithm>

@@ -534,6 +534,19 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
 
   template <collective C, class A, class T, class Op>
   void run_call(const A& a, const desc<T, Op>& d);
+  /// A call as `run<C>` takes it, after the checks: its fingerprint, the bytes automatic
+  /// chooses by, the schedule's arguments; `alone`: a one-rank group's, done already.
+  template <class T, class K>
+  struct checked_call {
+    fingerprint fp;
+    std::size_t basis;
+    algo::call_args<T, memory, K> x;
+    bool alone;
+  };
+  /// The checks and the fingerprint of a call of `C` (steps 2-4 of the call path): apart from
+  /// the algorithm, so that calls of one collective with several algorithms share them.
+  template <collective C, class T, class Op>
+  auto checked(const desc<T, Op>& d);
   /// The schedule of `C` with the resolved algorithm (automatic: the one it chooses).
   template <collective C, class A, class X>
   void run(const A& a, fingerprint fp, std::size_t bytes, const X& x);
@@ -874,6 +887,12 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
       recorder_.print("failed");
       throw;
     }
+  }
+
+  /// What a one-rank communicator's call raises where a larger group's would: unusable after
+  /// an earlier failure, or aborted. (Not a template: one copy, whatever the call.)
+  TUTTI_COLD void refuse_alone() {
+    guarded([] {});
   }
 
   /// Marks the communicator unusable after `e` and tells the peers: its kind, and where it
