@@ -253,6 +253,11 @@ call_buffers<T> make_buffers(const call_shape& s, int me, placement pl, Input&& 
   return b;
 }
 
+/// The description of a call of `C` with element type T on memory M and op `Op` (`algo::no_op`
+/// where the row does not reduce), as `describe` makes it.
+template <collective C, class T, class M, class Op>
+using desc_of = call_desc<T, M, std::conditional_t<info(C).reduces, Op, algo::no_op>>;
+
 /// The description of rank me's call from its buffers (`op` only where the row reduces).
 template <collective C, class M = host_memory, class T, class Op = algo::no_op>
 auto describe(const call_shape& s, int me, call_buffers<T>& b, placement pl, const Op& op = {}) {

@@ -132,12 +132,22 @@ T sentinel() {
   return value<T>(97, 5);
 }
 
-/// One call of collective `C` with algorithm `a`, element type T and op `op`, of shape `s`, in
-/// every placement the row has (apart; in place; with `first_only`, the first of them), checked
-/// element by element against `expected`; an input kept apart must be left alone.
-template <collective C, class T, class A, class Op, class Comm>
-void check_call(Comm& comm, report& rep, const call_shape& s, const Op& op, const A& a, const std::string& tag,
-                bool first_only = false) {
+/// How a check makes its call with one algorithm: `invoke(comm, d, alg)` calls `C` with the
+/// algorithm `alg` points to. The checks' bodies take it instead of the algorithm's type, so that
+/// they are compiled once per collective, type and op, not again for every algorithm.
+template <collective C, class T, class Op, class Comm>
+using invoker = void (*)(Comm&, const desc_of<C, T, typename Comm::memory, Op>&, const void*);
+template <collective C, class T, class Op, class A, class Comm>
+invoker<C, T, Op, Comm> invoker_for() {
+  return [](Comm& comm, const desc_of<C, T, typename Comm::memory, Op>& d, const void* a) {
+    comm.template call<C>(d, *static_cast<const A*>(a));
+  };
+}
+
+/// `check_call`'s body, the algorithm given by `invoke` and `a`.
+template <collective C, class T, class Op, class Comm>
+void check_call_with(Comm& comm, report& rep, const call_shape& s, const Op& op, invoker<C, T, Op, Comm> invoke,
+                     const void* a, const std::string& tag, bool first_only) {
   using M = typename Comm::memory;
   const int me = comm.rank();
   const int salt = static_cast<int>(C) * 3;
@@ -149,13 +159,22 @@ void check_call(Comm& comm, report& rep, const call_shape& s, const Op& op, cons
     auto b = make_buffers<C, T>(s, me, pl, input, sentinel<T>());
     const auto before = result_of<C>(s, me, b, pl);
     const auto in_before = b.in;
-    comm.template call<C>(describe<C, M>(s, me, b, pl, op), a);
+    invoke(comm, describe<C, M>(s, me, b, pl, op), a);
     const auto want = expected<C, T>(s, me, before, input, op);
     const std::string label = name + (pl == placement::in_place && has_apart<C> ? " in place" : "");
     expect_equal(rep, me, result_of<C>(s, me, b, pl), want, label);
     if (pl == placement::apart && !b.in.empty()) expect_equal(rep, me, b.in, in_before, label + " leaves its input alone");
     if (first_only) break;
   }
+}
+
+/// One call of collective `C` with algorithm `a`, element type T and op `op`, of shape `s`, in
+/// every placement the row has (apart; in place; with `first_only`, the first of them), checked
+/// element by element against `expected`; an input kept apart must be left alone.
+template <collective C, class T, class A, class Op, class Comm>
+void check_call(Comm& comm, report& rep, const call_shape& s, const Op& op, const A& a, const std::string& tag,
+                bool first_only = false) {
+  check_call_with<C, T>(comm, rep, s, op, invoker_for<C, T, Op, A, Comm>(), &a, tag, first_only);
 }
 
 /// Every uniform collective algorithm A offers on the communicator's transport with element
