@@ -58,6 +58,8 @@ void check(int rc, const char* call, const Where& where) {
   };
   try {
     throw;
+  } catch (const fingerprint_mismatch& e) {  // keeps both fingerprints (detail::restate_counts)
+    throw noted(e, fingerprint_mismatch(own_text(e) + note, e.mine, e.me, e.theirs, e.peer));
   } catch (const mismatch_error& e) {
     throw noted(e, mismatch_error(own_text(e) + note));
   } catch (const timeout_error& e) {

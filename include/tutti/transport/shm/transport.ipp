@@ -98,7 +98,8 @@ TUTTI_DECL void shm::wait_phase(int r, std::uint64_t g, const fingerprint& fp, b
              compare);
   if (!compare) return;
   if (const auto theirs = posted_fp(c, g); theirs && *theirs != fp)
-    throw mismatch_error(toolkit::where({fp, 0}, w.algorithm) + ": " + detail::describe_difference(fp, rank(), *theirs, r));
+    throw fingerprint_mismatch(toolkit::where({fp, 0}, w.algorithm) + ": " + detail::describe_difference(fp, rank(), *theirs, r),
+                               fp, rank(), *theirs, r);
   check_ring(*seg_, group_, r, fp, w);
 }
 
@@ -109,9 +110,11 @@ TUTTI_DECL void shm::check_posted(std::uint64_t g, const fingerprint& fp, const 
     if (r == rank()) continue;
     if (mine)
       if (const auto theirs = posted_fp(seg_->ctl(group_.world(r)), g); theirs && *theirs != *mine)
-        throw mismatch_error(std::string(collective_name(mine->coll)) + "(" + std::string(w.algorithm) + ") #" +
-                             std::to_string(mine->seq) + ": " + detail::describe_difference(*mine, rank(), *theirs, r) +
-                             " (seen when rank " + std::to_string(rank()) + " began its next step on the windows)");
+        throw fingerprint_mismatch(std::string(collective_name(mine->coll)) + "(" + std::string(w.algorithm) + ") #" +
+                                       std::to_string(mine->seq) + ": " +
+                                       detail::describe_difference(*mine, rank(), *theirs, r) + " (seen when rank " +
+                                       std::to_string(rank()) + " began its next step on the windows)",
+                                   *mine, rank(), *theirs, r);
     check_ring(*seg_, group_, r, fp, w);
   }
 }
