@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "tutti/core/error.hpp"
+#include "tutti/core/fingerprint.hpp"
 
 namespace tutti::detail::mpi_impl {
 
