@@ -210,16 +210,22 @@ class channel {
   header hdr(std::size_t bytes) const { return header{fp_, bytes}; }
 
   /// Runs a transport call; inside a block label, says a header mismatch in the call's terms.
+  /// What the block does not say (another field differs; counts that differ elsewhere than in
+  /// this block) goes on as it was: the communicator, which knows this rank's counts, names
+  /// the index where the counts every rank passes differ (`detail::restate_counts`).
   template <class F>
   void labelled(F&& f) {
     if (block_ < 0) return f();
     try {
       f();
     } catch (const header_mismatch& e) {
-      throw mismatch_error(describe_block(e));
+      std::string said = describe_block(e);
+      if (said.empty()) throw;
+      throw mismatch_error(said);
     }
   }
 
+  /// The block's sizes as the two ranks see them, or empty: nothing the header's text does not say.
   std::string describe_block(const header_mismatch& e) const {
     const fingerprint& mine = e.expected.fp;
     const fingerprint& theirs = e.got.fp;
@@ -228,12 +234,12 @@ class channel {
     a.count = b.count = 0;
     a.shape = b.shape = 0;
     const std::uint8_t es = mine.elem_size ? mine.elem_size : 1;
-    if (a != b || e.expected.bytes % es || e.got.bytes % es) return e.what();
+    if (a != b || e.expected.bytes % es || e.got.bytes % es) return {};
     const auto n_mine = std::to_string(e.expected.bytes / es), n_theirs = std::to_string(e.got.bytes / es);
     const std::string me = "rank " + std::to_string(e.me), peer = "rank " + std::to_string(e.peer);
     const std::string at = std::string(collective_name(mine.coll)) + "(" + std::string(wait_.algorithm) + "): ";
     const bool counts_differ = mine.count != theirs.count || mine.shape != theirs.shape;
-    if (!is_collective(static_cast<std::uint8_t>(mine.coll))) return e.what();
+    if (!is_collective(static_cast<std::uint8_t>(mine.coll))) return {};
     const collective_info& row = info(mine.coll);
     switch (row.where) {  // what the block's size is, by where the counts are passed
       case counts_at::every_rank: {
@@ -242,7 +248,7 @@ class channel {
           return at + me + " passes " + idx + " = " + n_mine + ", " + peer + " passes " + idx + " = " + n_theirs +
                  (counts_differ ? " (every rank passes the same counts)"
                                 : " (their counts agree otherwise: does " + peer + "'s view match its count?)");
-        return std::string(e.what()) + "; " + idx + " = " + n_mine + " on both";
+        return {};  // the counts differ elsewhere: the communicator says where
       }
       case counts_at::root:  // the root's count against the other rank's view
         if (row.layout.in == extent::own)
@@ -255,7 +261,7 @@ class channel {
                " has send_counts[" + std::to_string(e.me) + "] = " + n_theirs;
       case counts_at::none: break;
     }
-    return e.what();
+    return {};
   }
 
   Transport& t_;

@@ -4,7 +4,9 @@
 /// and both values, instead of hanging or reducing garbage.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -45,20 +47,49 @@ struct header {
   std::uint64_t bytes = 0;
 };
 
-/// What a receiver found in a header it checked (`toolkit::check_header`): a `mismatch_error` that
-/// keeps both headers and both ranks, so that the layer that knows what the message was (a block
-/// of a v-collective, in the channel) can say it in the call's own terms.
-class header_mismatch : public mismatch_error {
+/// A `mismatch_error` from a comparison of two fingerprints (a header, a phase's, a peer's
+/// published wait, MPI's agreement) that keeps both and both ranks, so that a layer that knows
+/// more than the fingerprint (the counts themselves, in the communicator) can say the difference
+/// in the call's own terms (`detail::counts_difference`). Its text names the difference as
+/// `detail::describe_difference(mine, me, theirs, peer)` says it.
+class fingerprint_mismatch : public mismatch_error {
+ public:
+  fingerprint_mismatch(const std::string& what, const fingerprint& mine_, int me_, const fingerprint& theirs_, int peer_)
+      : mismatch_error(what), mine(mine_), theirs(theirs_), me(me_), peer(peer_) {}
+  fingerprint mine, theirs;
+  int me, peer;
+};
+
+/// What a receiver found in a header it checked (`toolkit::check_header`): a `fingerprint_mismatch`
+/// that keeps both headers too, so that the layer that knows what the message was (a block of a
+/// v-collective, in the channel) can say it in the call's own terms.
+class header_mismatch : public fingerprint_mismatch {
  public:
   header_mismatch(const std::string& what, const header& expected_, const header& got_, int me_, int peer_)
-      : mismatch_error(what), expected(expected_), got(got_), me(me_), peer(peer_) {}
+      : fingerprint_mismatch(what, expected_.fp, me_, got_.fp, peer_), expected(expected_), got(got_) {}
   header expected, got;
-  int me, peer;
 };
 
 namespace detail {
 /// "[sum 40, digest 1a2b3c4d]": a v-collective's counts, as a fingerprint knows them.
 TUTTI_DECL std::string counts_text(const fingerprint& f);
+
+/// The digest of the counts every rank must agree on (a fingerprint's `shape`).
+TUTTI_DECL std::uint64_t counts_digest(std::span<const std::size_t> counts) noexcept;
+
+/// For a fingerprint mismatch about counts every rank passes (`mine` with this rank's `counts`,
+/// `theirs` from rank `peer`): "rank 1 passes counts[3] = 12, rank 0 passes counts[3] = 10 (every
+/// rank passes the same counts)", the index and both values where the ranks' counts differ at one
+/// index (found from the peer's sum and digest: the one index whose change by the difference of
+/// the sums gives the peer's digest); empty where they differ otherwise (more indices, equal
+/// sums) or the search would be long (more than `counts_search_limit` ranks). Failure path only.
+TUTTI_DECL std::string counts_difference(const fingerprint& mine, int me, std::span<const std::size_t> counts,
+                                         const fingerprint& theirs, int peer);
+inline constexpr std::size_t counts_search_limit = 4096;
+
+/// Raises `e` restated with `counts_difference` for this rank's `counts` in place of the sums and
+/// digests, where that finds the index; returns otherwise (the caller rethrows `e`).
+TUTTI_DECL void restate_counts(const fingerprint_mismatch& e, std::span<const std::size_t> counts);
 
 std::string fingerprint_summary(const fingerprint& f, std::string_view algo_name = {});
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdio>
+#include <vector>
 
 #include "tutti/core/fingerprint.hpp"
 
@@ -13,6 +14,57 @@ TUTTI_DECL std::string counts_text(const fingerprint& f) {
   char digest[32];
   std::snprintf(digest, sizeof digest, "%08llx", static_cast<unsigned long long>(f.shape & 0xffffffffu));
   return "[sum " + std::to_string(f.count) + ", digest " + digest + "]";
+}
+
+TUTTI_DECL std::uint64_t counts_digest(std::span<const std::size_t> counts) noexcept {
+  std::uint64_t h = 0x636f756e7473ull;  // "counts"
+  for (std::size_t c : counts) h = hash_combine(h * 0x100000001b3ull, static_cast<std::uint64_t>(c));
+  return h;
+}
+
+TUTTI_COLD TUTTI_DECL std::string counts_difference(const fingerprint& mine, int me, std::span<const std::size_t> counts,
+                                                   const fingerprint& theirs, int peer) {
+  fingerprint a = mine, b = theirs;
+  a.count = b.count = a.shape = b.shape = 0;
+  if (a != b || !is_collective(static_cast<std::uint8_t>(mine.coll)) || info(mine.coll).where != counts_at::every_rank ||
+      mine.count == theirs.count || counts.size() > counts_search_limit || counts_digest(counts) != mine.shape)
+    return {};
+  // The peer's counts are ours with one index changed by the difference of the sums, or differ
+  // in more than one index: try each index (the digest is sequential, so each try hashes the
+  // counts from that index on).
+  const std::uint64_t d = theirs.count - mine.count;  // modulo 2^64: negative where theirs is smaller
+  std::vector<std::size_t> c(counts.begin(), counts.end());
+  for (std::size_t j = 0; j < c.size(); ++j) {
+    const std::uint64_t v = static_cast<std::uint64_t>(c[j]) + d;
+    if ((theirs.count > mine.count) != (v > c[j])) continue;  // it would wrap: not a count
+    const std::size_t own = c[j];
+    c[j] = static_cast<std::size_t>(v);
+    const bool found = counts_digest(c) == theirs.shape;
+    c[j] = own;
+    if (!found) continue;
+    const std::string idx = "counts[" + std::to_string(j) + "] = ";
+    return "rank " + std::to_string(me) + " passes " + idx + std::to_string(own) + ", rank " + std::to_string(peer) +
+           " passes " + idx + std::to_string(v) + " (every rank passes the same counts)";
+  }
+  return {};
+}
+
+TUTTI_COLD TUTTI_DECL void restate_counts(const fingerprint_mismatch& e, std::span<const std::size_t> counts) {
+  const std::string said = counts_difference(e.mine, e.me, counts, e.theirs, e.peer);
+  if (said.empty()) return;
+  std::string text = own_text(e);
+  // The text says the difference from this rank's side, or, passed on from the peer that found
+  // it (inproc's rejected envelope), from the peer's.
+  const std::string sums[] = {describe_difference(e.mine, e.me, e.theirs, e.peer),
+                              describe_difference(e.theirs, e.peer, e.mine, e.me)};
+  std::size_t at = std::string::npos;
+  for (const auto& s : sums)
+    if ((at = text.find(s)) != std::string::npos) {
+      text.replace(at, s.size(), said);
+      break;
+    }
+  if (at == std::string::npos) text += "; " + said;
+  throw mismatch_error(text);
 }
 
 TUTTI_COLD TUTTI_DECL std::string fingerprint_summary(const fingerprint& f, std::string_view algo_name) {

@@ -157,7 +157,7 @@ auto communicator<Transport, Algorithm>::checked(const desc<T, Op>& d) {
   std::uint32_t op_id = 0;
   if constexpr (row.reduces) op_id = op_traits<Op>::id();
   auto fp = next_fp(C, dtype_of<T>(), fp_count, row.rooted ? d.root : -1, op_id);
-  if constexpr (row.where == counts_at::every_rank) fp.shape = counts_digest(d.counts);
+  if constexpr (row.where == counts_at::every_rank) fp.shape = detail::counts_digest(d.counts);
   if constexpr (row.counts == counts_kind::per_rank && row.where != counts_at::own_row) {
     // this rank's own block: a size its peers expect
     constexpr bool own_in = lay.in == extent::own;
@@ -305,7 +305,20 @@ template <collective C, class A, class X>
 void communicator<Transport, Algorithm>::execute(const A& a, fingerprint fp, const X& x) {
   fp.algo = algorithm_id<A>();
   channel<Transport> ch(t_, fp, A::name, cfg_.timeout, scratch_, aborted_.get());
-  recorded(ch, [&] { schedule<C>(a, ch, x); });
+  recorded(ch, [&] {
+    if constexpr (info(C).where == counts_at::every_rank) {
+      // A difference in the counts every rank passes reaches this rank as the peer's sum and
+      // digest; knowing its own counts, it names the index and both values where it can.
+      try {
+        schedule<C>(a, ch, x);
+      } catch (const fingerprint_mismatch& e) {
+        detail::restate_counts(e, x.counts.counts);
+        throw;
+      }
+    } else {
+      schedule<C>(a, ch, x);
+    }
+  });
 }
 
 template <transport Transport, algorithm Algorithm>
@@ -364,7 +377,7 @@ void communicator<Transport, Algorithm>::fused_all_reduce(std::span<const view<T
   std::size_t total = 0;
   for (std::size_t i = 0; i < parts.size(); ++i) total += counts[i] = parts[i].size();
   auto fp = next_fp(collective::all_reduce, dtype_of<T>(), total, -1, op_traits<Op>::id());
-  fp.shape = counts_digest(counts);
+  fp.shape = detail::counts_digest(counts);
   if (size() > 1) {
     const auto& a = [&]() -> const auto& {
       if constexpr (std::is_same_v<Algo, algo::inherit>) return algo_;
@@ -483,14 +496,6 @@ block_counts communicator<Transport, Algorithm>::blocks(std::span<const std::siz
   b.counts = counts;
   b.offsets = offsets;
   return b;
-}
-
-/// A digest of the counts every rank must agree on (the fingerprint's `shape`).
-template <transport Transport, algorithm Algorithm>
-std::uint64_t communicator<Transport, Algorithm>::counts_digest(std::span<const std::size_t> counts) noexcept {
-  std::uint64_t h = 0x636f756e7473ull;  // "counts"
-  for (std::size_t c : counts) h = detail::hash_combine(h * 0x100000001b3ull, static_cast<std::uint64_t>(c));
-  return h;
 }
 
 template <transport Transport, algorithm Algorithm>

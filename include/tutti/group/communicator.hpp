@@ -950,7 +950,6 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
 
   block_counts blocks(std::span<const std::size_t> counts, const char* name, collective c,
                       std::vector<std::size_t>& offsets);
-  static std::uint64_t counts_digest(std::span<const std::size_t> counts) noexcept;
   std::string other_ranks() const;
   TUTTI_COLD std::string what(collective c) const {
     return std::string(collective_name(c)) + " on rank " + std::to_string(rank());

@@ -74,6 +74,7 @@ void check_silent_peer(Runner& run, report& rep, std::chrono::milliseconds deadl
     int named = 0;
     for (int r = 0; r < p; ++r) {
       const auto& o = out[static_cast<std::size_t>(r)];
+      if (variant != 2) check_names_call(rep, label, r, variant == 0 ? collective::all_reduce : collective::barrier, o.what);
       if (r == silent) {
         // Its peers gave up on it: peer_lost, or the timeout_error of a peer that timed out,
         // named first.
@@ -129,6 +130,7 @@ void check_lost_peer(Runner& run, report& rep) {
       continue;
     }
     rep.check(o.k == kind::peer_lost, label, r, "raised " + kind_name(o.k) + " (want peer_lost): " + o.what);
+    check_names_call(rep, label, r, collective::all_reduce, o.what);
     if (o.k == kind::peer_lost)
       rep.check(ranks_named(o.what).count(lost) == 1, label, r,
                 "its peer_lost does not name rank " + std::to_string(lost) + ": " + o.what);
@@ -268,6 +270,7 @@ void check_one_rank_usage(Runner& run, report& rep) {
   if (!run.judges()) return;
   for (int r = 0; r < p; ++r) {
     const auto& o = out[static_cast<std::size_t>(r)];
+    check_names_call(rep, label, r, C, o.what);
     rep.check(o.k == kind::usage, label, r, "raised " + kind_name(o.k) + " (want usage_error): " + o.what);
     rep.check(o.next == kind::aborted, label, r,
               o.next == kind::none ? "a call after its first error returned" : "a call after its first error raised " + o.what);

@@ -51,6 +51,7 @@ struct envelope {
   const std::byte* data = nullptr;
   state st = state::posted;
   std::string reason;
+  std::optional<fingerprint> rejected_by;  // the receiver's, where its fingerprint differed
 };
 
 struct mailbox {

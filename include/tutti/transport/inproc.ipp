@@ -125,7 +125,8 @@ TUTTI_DECL void inproc::receive(std::unique_lock<std::mutex>& lk, int peer, cons
     toolkit::check_header(h, rank(), e->h, peer, w.algorithm);
   } catch (const std::exception& ex) {
     e->st = state::rejected;
-    e->reason = ex.what();
+    e->reason = detail::own_text(ex);
+    if (h.fp != e->h.fp) e->rejected_by = h.fp;
     world_->boxes[static_cast<std::size_t>(src)].cv.notify_all();
     throw;
   }
@@ -155,6 +156,7 @@ TUTTI_DECL void inproc::await_delivery(std::unique_lock<std::mutex>& lk, int pee
   }
   if (e.st == state::rejected) {
     if (e.reason.find("failed while taking") != std::string::npos) toolkit::throw_lost(e.reason, group_.job_rank(peer));
+    if (e.rejected_by) throw fingerprint_mismatch(e.reason, e.h.fp, rank(), *e.rejected_by, peer);
     throw mismatch_error(e.reason);
   }
 }
@@ -197,10 +199,11 @@ TUTTI_DECL void inproc::check_mailbox(const header& h, const wait_context& w) {
       const std::string what = toolkit::where(h, w.algorithm) + ": " + detail::describe_difference(h.fp, rank(), f, peer);
       e->st = state::rejected;
       e->reason = what;
+      e->rejected_by = h.fp;
       auto& q = my_box().q;
       q.erase(std::remove(q.begin(), q.end(), e), q.end());
       world_->boxes[static_cast<std::size_t>(e->src)].cv.notify_all();
-      throw mismatch_error(what);
+      throw fingerprint_mismatch(what, h.fp, rank(), f, peer);
     }
   }
 }

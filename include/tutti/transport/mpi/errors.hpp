@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "tutti/core/error.hpp"
+#include "tutti/core/fingerprint.hpp"
 
 namespace tutti::detail::mpi_impl {
 
@@ -58,6 +59,8 @@ void check(int rc, const char* call, const Where& where) {
   };
   try {
     throw;
+  } catch (const fingerprint_mismatch& e) {  // keeps both fingerprints (detail::restate_counts)
+    throw noted(e, fingerprint_mismatch(own_text(e) + note, e.mine, e.me, e.theirs, e.peer));
   } catch (const mismatch_error& e) {
     throw noted(e, mismatch_error(own_text(e) + note));
   } catch (const timeout_error& e) {

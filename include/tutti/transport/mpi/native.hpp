@@ -66,7 +66,8 @@ inline bool mpi::native_agree(const fingerprint& fp, const wait_context& w, bool
   for (int r = 0; r < size_; ++r) {
     const fingerprint theirs = decode(all.get() + static_cast<std::size_t>(r) * fp_words);
     if (theirs != fp)
-      throw mismatch_error(where(fp, w) + ": " + detail::describe_difference(fp, rank_, theirs, r));
+      throw fingerprint_mismatch(where(fp, w) + ": " + detail::describe_difference(fp, rank_, theirs, r), fp, rank_,
+                                 theirs, r);
   }
   throw mismatch_error(where(fp, w) + ": the ranks' fingerprints differ, though none differs from rank " +
                        std::to_string(rank_) + "'s");

@@ -50,10 +50,10 @@ TUTTI_COLD TUTTI_DECL std::string blocked_chain(const segment& seg, const toolki
 /// Raises `peer_lost` if group rank `peer` is gone, and `mismatch_error` if it is blocked in a
 /// later call (or this one with other arguments) while what this rank waits for is still
 /// missing after it looked (`ready()`): a peer that finished the call without the message or
-/// room we need has left it behind.
+/// room we need has left it behind. Without `compare`, only the first (see shm::wait_for).
 template <class Ready>
 void check_peer(const segment& seg, const toolkit::group_map& g, int peer, const header& h, const wait_context& w,
-                Ready& ready) {
+                Ready& ready, bool compare = true) {
   const int wr = g.world(peer);
   if (std::string why = seg.gone(wr); !why.empty()) {
     if (auto notice = seg.failure_notice(wr))
@@ -62,7 +62,7 @@ void check_peer(const segment& seg, const toolkit::group_map& g, int peer, const
                             " waited for it",
                         g.job_rank(peer));
   }
-  if (h.fp.coll == collective::send_recv) return;
+  if (!compare || h.fp.coll == collective::send_recv) return;
   const auto theirs = read_wait(seg, wr);
   if (!theirs) return;
   fingerprint mine = h.fp;

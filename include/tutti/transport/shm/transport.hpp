@@ -214,10 +214,12 @@ class shm {
 
   /// Spin, then yield, then sleep on our doorbell until `ready()` (toolkit::wait_until);
   /// before each sleep: our peers (`peer`, and `peer2` unless -1: gone, in a later call, part
-  /// of a cycle with us) and the deadline.
+  /// of a cycle with us) and the deadline. Without `compare` the wait checks liveness and the
+  /// deadline only: it publishes no fingerprint for peers to compare with, and compares none
+  /// (a wait for the end of the previous step); its texts still name the call, `h`.
   template <class Ready>
   void wait_for(const wait_context& w, const header& h, int peer, int peer2, const char* doing, wait_kind how,
-                Ready ready) {
+                Ready ready, bool compare = true) {
     using namespace detail::shm_impl;
     const bool over = seg_->oversubscribed;
     // About 20 us of spinning (a pause is ~40 ns) when every rank has a core of its own; a
@@ -239,13 +241,15 @@ class shm {
         w, {h, rank(), doing, peer}, policy, ready,
         [&](auto) {
           if (!published) {
-            publish_waiting(*seg_, group_, &h.fp, group_.world(peer), how);
+            fingerprint mine = h.fp;
+            if (!compare) mine.coll = collective::send_recv;  // peers compare nothing with it
+            publish_waiting(*seg_, group_, &mine, group_.world(peer), how);
             published = true;
           }
           // A peer seen in a later call may have finished ours just now: check_peer believes
           // the mismatch only if what we wait for is still missing after it looked.
-          check_peer(*seg_, group_, peer, h, w, ready);
-          if (peer2 >= 0) check_peer(*seg_, group_, peer2, h, w, ready);
+          check_peer(*seg_, group_, peer, h, w, ready, compare);
+          if (peer2 >= 0) check_peer(*seg_, group_, peer2, h, w, ready, compare);
           if (how == wait_kind::send || how == wait_kind::recv) check_cycle(*seg_, group_, h, w, cycle);
         },
         [&](auto until) {

@@ -93,14 +93,13 @@ TUTTI_DECL void shm::sendrecv_with(int to, const header& hs, const std::byte* sd
 TUTTI_DECL void shm::wait_phase(int r, std::uint64_t g, const fingerprint& fp, bool compare, const wait_context& w) {
   using namespace detail::shm_impl;
   auto& c = seg_->ctl(group_.world(r));
-  if (!has_posted(c, g)) {
-    header h{fp, 0};
-    if (!compare) h.fp.coll = collective::send_recv;  // liveness and deadline only
-    wait_for(w, h, r, -1, "to reach the same step as", wait_kind::phase, [&] { return has_posted(c, g); });
-  }
+  if (!has_posted(c, g))  // without compare: liveness and deadline only, said as this call
+    wait_for(w, header{fp, 0}, r, -1, "to reach the same step as", wait_kind::phase, [&] { return has_posted(c, g); },
+             compare);
   if (!compare) return;
   if (const auto theirs = posted_fp(c, g); theirs && *theirs != fp)
-    throw mismatch_error(toolkit::where({fp, 0}, w.algorithm) + ": " + detail::describe_difference(fp, rank(), *theirs, r));
+    throw fingerprint_mismatch(toolkit::where({fp, 0}, w.algorithm) + ": " + detail::describe_difference(fp, rank(), *theirs, r),
+                               fp, rank(), *theirs, r);
   check_ring(*seg_, group_, r, fp, w);
 }
 
@@ -111,9 +110,11 @@ TUTTI_DECL void shm::check_posted(std::uint64_t g, const fingerprint& fp, const 
     if (r == rank()) continue;
     if (mine)
       if (const auto theirs = posted_fp(seg_->ctl(group_.world(r)), g); theirs && *theirs != *mine)
-        throw mismatch_error(std::string(collective_name(mine->coll)) + "(" + std::string(w.algorithm) + ") #" +
-                             std::to_string(mine->seq) + ": " + detail::describe_difference(*mine, rank(), *theirs, r) +
-                             " (seen when rank " + std::to_string(rank()) + " began its next step on the windows)");
+        throw fingerprint_mismatch(std::string(collective_name(mine->coll)) + "(" + std::string(w.algorithm) + ") #" +
+                                       std::to_string(mine->seq) + ": " +
+                                       detail::describe_difference(*mine, rank(), *theirs, r) + " (seen when rank " +
+                                       std::to_string(rank()) + " began its next step on the windows)",
+                                   *mine, rank(), *theirs, r);
     check_ring(*seg_, group_, r, fp, w);
   }
 }

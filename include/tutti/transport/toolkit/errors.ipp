@@ -40,7 +40,8 @@ TUTTI_COLD TUTTI_DECL std::string amount_text(std::uint64_t bytes, std::uint8_t 
 [[noreturn]] TUTTI_COLD TUTTI_DECL void throw_left_behind(const header& h, std::string_view algo,
                                                           const fingerprint& mine, int me, const fingerprint& theirs,
                                                           int peer, std::string_view extra) {
-  throw mismatch_error(where(h, algo) + ": " + detail::describe_difference(mine, me, theirs, peer) + std::string(extra));
+  throw fingerprint_mismatch(where(h, algo) + ": " + detail::describe_difference(mine, me, theirs, peer) + std::string(extra),
+                             mine, me, theirs, peer);
 }
 
 TUTTI_COLD TUTTI_DECL std::string timeout_text(const header& h, std::string_view algo, std::string_view me,
