@@ -234,6 +234,11 @@ class tcp {
 
   [[noreturn]] void timed_out(outgoing* out, incoming* in, const wait_context& w);
 
+  /// Raises what `peer`'s notice `why` (from `failure_notice` or `await_notice`) says, in the
+  /// call `here`: its failure as the peer's kind (`failed`), or its stall as a timeout naming it;
+  /// returns where there was none.
+  void raise_peer_notice(const std::string& why, bool failed, int peer, const std::string& here);
+
   std::shared_ptr<detail::tcp_impl::connections> conn_;
   toolkit::group_map group_;
 };

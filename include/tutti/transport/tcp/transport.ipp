@@ -358,8 +358,7 @@ TUTTI_DECL void tcp::lost(int peer, const header& h, const wait_context& w, cons
   // (it was sending): the notice is the next thing to read there.
   bool failed = false;
   const std::string why = failure_notice(peer, &failed), here = toolkit::where(h, w.algorithm) + " on " + group_.name(rank());
-  if (failed) toolkit::raise_notice(why, group_, peer, here);
-  if (!why.empty()) toolkit::raise_failure({errc::timeout, group_.job_rank(peer), why}, here, group_.name(peer), {});
+  raise_peer_notice(why, failed, peer, here);
   const bool closed = ec == asio::error::eof || ec == asio::error::connection_reset || ec == asio::error::broken_pipe;
   toolkit::throw_lost(toolkit::where(h, w.algorithm) + ": rank " + std::to_string(rank()) + " lost " + group_.name(peer) +
                           " while " + doing + " it (" + std::to_string(h.bytes) + " bytes): " +
@@ -458,10 +457,14 @@ TUTTI_DECL void tcp::timed_out(outgoing* out, incoming* in, const wait_context& 
   const std::string why =
       await_notice(peer, std::min<std::chrono::milliseconds>(std::chrono::milliseconds(500), w.timeout), failed);
   const std::string here = toolkit::where(h, w.algorithm) + " on " + group_.name(rank());
+  raise_peer_notice(why, failed, peer, here);
+  throw timeout_error(what + last_words(peer));
+}
+
+TUTTI_DECL void tcp::raise_peer_notice(const std::string& why, bool failed, int peer, const std::string& here) {
   if (failed) toolkit::raise_notice(why, group_, peer, here);
   // A stall notice: the peer timed out as well, waiting for another (named in its text).
   if (!why.empty()) toolkit::raise_failure({errc::timeout, group_.job_rank(peer), why}, here, group_.name(peer), {});
-  throw timeout_error(what + last_words(peer));
 }
 
 }  // namespace tutti
