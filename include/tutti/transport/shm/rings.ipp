@@ -99,12 +99,10 @@ TUTTI_DECL void check_ring(const segment& seg, const toolkit::group_map& g, int 
   const fingerprint theirs = f.head().fp;
   if (f.is(toolkit::wire::kind::message) && is_collective(static_cast<std::uint8_t>(theirs.coll)) &&
       theirs.context == g.context() && theirs.coll != collective::send_recv && theirs.seq <= fp.seq && theirs != fp)
-    throw fingerprint_mismatch(toolkit::where({fp, 0}, w.algorithm) + ": " +
-                                   detail::describe_difference(fp, g.rank(), theirs, r) + "; rank " + std::to_string(r) +
-                                   "'s message of its " + std::string(collective_name(theirs.coll)) + " #" +
-                                   std::to_string(theirs.seq) + " to rank " + std::to_string(g.rank()) +
-                                   " was never received",
-                               fp, g.rank(), theirs, r);
+    toolkit::throw_left_behind({fp, 0}, w.algorithm, fp, g.rank(), theirs, r,
+                               "; rank " + std::to_string(r) + "'s message of its " +
+                                   std::string(collective_name(theirs.coll)) + " #" + std::to_string(theirs.seq) +
+                                   " to rank " + std::to_string(g.rank()) + " was never received");
 }
 
 }  // namespace tutti::detail::shm_impl

@@ -98,8 +98,7 @@ TUTTI_DECL void shm::wait_phase(int r, std::uint64_t g, const fingerprint& fp, b
              compare);
   if (!compare) return;
   if (const auto theirs = posted_fp(c, g); theirs && *theirs != fp)
-    throw fingerprint_mismatch(toolkit::where({fp, 0}, w.algorithm) + ": " + detail::describe_difference(fp, rank(), *theirs, r),
-                               fp, rank(), *theirs, r);
+    toolkit::throw_left_behind({fp, 0}, w.algorithm, fp, rank(), *theirs, r);
   check_ring(*seg_, group_, r, fp, w);
 }
 

@@ -50,7 +50,9 @@ constexpr bool left_behind(const fingerprint& mine, const fingerprint& theirs) n
          theirs.context == mine.context && (theirs.seq > mine.seq || (theirs.seq == mine.seq && theirs != mine));
 }
 
-/// The `mismatch_error` for a peer found blocked in `theirs` (see `left_behind`).
+/// The `fingerprint_mismatch` for a peer whose fingerprint `theirs` differs from this rank's
+/// `mine` (found blocked in it: see `left_behind`; or posted, or published): where, the first
+/// difference, then `extra`.
 [[noreturn]] void throw_left_behind(const header& h, std::string_view algo, const fingerprint& mine, int me,
                                     const fingerprint& theirs, int peer, std::string_view extra = {});
 
