@@ -53,8 +53,8 @@ enum class precision {
   /// are in ("different collectives, or a different order of calls") instead. At least one
   /// rank must still name both values or both collectives.
   values_or_order,
-  /// Counts of a v-collective: the rank that meets the difference names both values (either
-  /// needle set); the others may name the counts' sums, or be released by its failure.
+  /// Counts of a v-collective known where a block arrives: the rank that meets the difference
+  /// names both values; the others may be released by its failure.
   some_rank_names_both,
 };
 
@@ -93,17 +93,12 @@ inline void check_names_call(report& rep, const std::string& label, int r, colle
                 " it called: " + what);
 }
 
-/// The verdict on one case (see the file comment) of a call of `called`. `alternatives`: other
-/// needle sets that count as naming both values.
+/// The verdict on one case (see the file comment) of a call of `called`.
 inline void judge(report& rep, const std::vector<outcome>& out, int odd, const std::vector<std::string>& needles,
-                  const std::string& label, precision how, collective called,
-                  const std::vector<std::vector<std::string>>& alternatives = {}) {
+                  const std::string& label, precision how, collective called) {
   int precise = 0;
   auto names_both = [&](const std::string& what) {
-    if (std::all_of(needles.begin(), needles.end(), [&](const std::string& n) { return contains(what, n); })) return true;
-    for (const auto& alt : alternatives)
-      if (std::all_of(alt.begin(), alt.end(), [&](const std::string& n) { return contains(what, n); })) return true;
-    return false;
+    return std::all_of(needles.begin(), needles.end(), [&](const std::string& n) { return contains(what, n); });
   };
   for (std::size_t i = 0; i < out.size(); ++i) {
     const int r = static_cast<int>(i);
