@@ -63,4 +63,8 @@ TEST_CASE("conformance over inproc: non-blocking operations at world sizes 1..5"
   at_sizes({1, 2, 3, 4, 5}, [](int, auto& run, auto& rep) { testing::check_nonblocking(run, rep); });
 }
 
+TEST_CASE("conformance over inproc: reproducible reductions at world sizes 1..7") {
+  at_sizes({1, 2, 3, 4, 5, 6, 7}, [](int, auto& run, auto& rep) { testing::check_reproducible<algorithms>(run, rep); });
+}
+
 TEST_SUITE_END();

@@ -93,4 +93,11 @@ TEST_CASE("conformance: non-blocking operations") {
   tutti::test::verdict(rep, world().rank() == 0);
 }
 
+TEST_CASE("conformance: reproducible reductions") {
+  testing::report rep;
+  auto run = runner();
+  testing::check_reproducible<testing::every_algorithm>(run, rep);
+  tutti::test::verdict(rep, world().rank() == 0);
+}
+
 TEST_SUITE_END();

@@ -74,6 +74,10 @@ struct shared_memory {
   static constexpr std::string_view name = "shared_memory";
   /// What it needs of a transport (its schedules run on host memory only).
   static constexpr std::string_view needs = "a transport with shared windows (tutti::shm)";
+  /// Where the transport has a window, reduce, all_reduce and reduce_scatter(_v) fold every
+  /// element in rank order, `slot 0 ∘ slot 1 ∘ …` (`reduce_from`): what `op::ordered` asks, so
+  /// the communicator runs those calls here as they are (group/ordered_path.hpp).
+  static constexpr bool folds_in_rank_order = true;
   /// all_reduce runs one shot while bytes·(p−1)² is at most this (and the message fits a window
   /// half): every rank reads all p slots, so the two-shot schedule wins sooner as p grows
   /// (measured here: up to 256 KiB at 2 ranks, 32 KiB at 4).

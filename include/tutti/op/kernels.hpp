@@ -324,6 +324,41 @@ inline void combine(T* out, const T* a, const T* b, std::size_t n, const Op& op)
   }
 }
 
+/// out[i] = ((rows[0][i] ∘ rows[1][i]) ∘ rows[2][i]) ∘ … ∘ rows[k−1][i] for i < n: the serial
+/// left fold of `op::ordered`, in pieces that stay in cache. float16 and bfloat16 under a
+/// built-in op are widened to float, folded in float and rounded once (what a serial loop that
+/// accumulates in float gives); other types fold in `T` through `combine`. An op with a static
+/// `fold(out, rows, k, n)` (`op::reproducible_sum`) folds itself. `out` may be `rows[0]`; k >= 1.
+template <class T, class Op>
+void fold_rows(T* out, const T* const* rows, int k, std::size_t n, const Op& op) {
+  if constexpr (requires { Op::fold(out, rows, k, n); }) {
+    Op::fold(out, rows, k, n);
+  } else if constexpr ((std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>)&&op_traits<Op>::builtin) {
+    constexpr std::size_t piece = 1024;
+    float acc[piece];
+    for (std::size_t at = 0; at < n; at += piece) {
+      const std::size_t m = n - at < piece ? n - at : piece;
+      for (std::size_t i = 0; i < m; ++i) acc[i] = T::to_float(rows[0][at + i].bits);
+      for (int r = 1; r < k; ++r) {
+        const T* row = rows[r] + at;
+        for (std::size_t i = 0; i < m; ++i) acc[i] = op(acc[i], T::to_float(row[i].bits));
+      }
+      for (std::size_t i = 0; i < m; ++i) out[at + i].bits = T::from_float(acc[i]);
+    }
+  } else {
+    if (k == 1) {
+      if (out != rows[0]) std::memcpy(static_cast<void*>(out), rows[0], n * sizeof(T));
+      return;
+    }
+    constexpr std::size_t piece = sizeof(T) >= 16384 ? 1 : 16384 / sizeof(T);
+    for (std::size_t at = 0; at < n; at += piece) {
+      const std::size_t m = n - at < piece ? n - at : piece;
+      combine(out + at, rows[0] + at, rows[1] + at, m, op);
+      for (int r = 2; r < k; ++r) combine(out + at, out + at, rows[r] + at, m, op);
+    }
+  }
+}
+
 // ---- the erased form --------------------------------------------------------------------------
 // Element types and ops with the type taken out, so that a schedule is compiled once per element
 // size instead of once per element type and op. `elem<S>` is S opaque bytes; `erased_op` holds
