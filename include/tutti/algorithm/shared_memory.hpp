@@ -846,11 +846,24 @@ struct shared_memory {
   static void reduce_slots(Ph& ph, std::uint64_t g, std::size_t first, T* out, std::size_t n, const Op& op) {
     reduce_from<T>(ph, [&](int r) { return reinterpret_cast<const T*>(ph.slot(r, g)) + first; }, out, n, op);
   }
-  /// out = at(0) op at(1) op ... op at(p-1), elementwise over n.
+  /// out = at(0) op at(1) op ... op at(p-1), elementwise over n (an op that folds itself, such
+  /// as `op::reproducible_sum`, gets all p inputs at once).
   template <class T, class Ph, class At, class Op>
   static void reduce_from(Ph& ph, At at, T* out, std::size_t n, const Op& op) {
     const int p = ph.size();
     if (p == 1) return copy_out(out, reinterpret_cast<const std::byte*>(at(0)), n * sizeof(T));
+    if constexpr (std::is_same_v<Op, detail::erased_op> || detail::folds_itself<T, Op>) {
+      bool folds = true;
+      if constexpr (std::is_same_v<Op, detail::erased_op>) folds = op.fold != nullptr;
+      if (folds) {
+        constexpr int most = 64;
+        const T* small[most];
+        std::vector<const T*> large(p > most ? static_cast<std::size_t>(p) : 0);
+        const T** rows = p > most ? large.data() : small;
+        for (int r = 0; r < p; ++r) rows[r] = at(r);
+        if (detail::fold_itself(out, rows, p, n, op)) return;
+      }
+    }
     detail::combine(out, at(0), at(1), n, op);
     for (int r = 2; r < p; ++r) detail::combine(out, out, at(r), n, op);
   }

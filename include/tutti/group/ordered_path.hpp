@@ -47,6 +47,11 @@ inline constexpr bool commutes_bitwise =
     std::is_same_v<Op, op::sum> || std::is_same_v<Op, op::prod> || std::is_same_v<Op, op::avg>;
 }  // namespace detail
 
+namespace detail {
+/// shared_memory with its default settings, for a call whose algorithm has none.
+inline constexpr algo::shared_memory default_shared_memory{};
+}  // namespace detail
+
 template <transport Transport, algorithm Algorithm>
 template <collective C, class A, class T, class K>
 void communicator<Transport, Algorithm>::run_ordered(const A& a, fingerprint fp, std::size_t bytes,
@@ -64,22 +69,28 @@ void communicator<Transport, Algorithm>::run_ordered(const A& a, fingerprint fp,
     }
   }
   // Shared windows: shared_memory's schedules fold in rank order themselves, reading every
-  // rank's values where they lie; the call runs there as it is. (Not for the 16-bit floats,
-  // which it rounds at every step, nor for an op that folds itself.)
-  if constexpr (shared_window<Transport> && std::is_same_v<K, op::ordered<inner>> &&
-                !std::is_same_v<T, float16> && !std::is_same_v<T, bfloat16> &&
+  // rank's values where they lie (and hand an op that folds itself all of them at once); the call
+  // runs there as it is. (Not for the 16-bit floats under op::ordered, which it would round at
+  // every step.)
+  constexpr bool plain_fold = std::is_same_v<K, op::ordered<inner>> && !std::is_same_v<T, float16> &&
+                              !std::is_same_v<T, bfloat16>;
+  if constexpr (shared_window<Transport> && (plain_fold || detail::folds_itself<T, K>) &&
                 algo::shared_memory::folds_in_rank_order && algorithm_for<algo::shared_memory, C, Transport>) {
     if (t_.has_window()) {
-      const algo::call_args<T, memory, inner> plain{x.in, x.out, x.root, x.counts, x.recv_counts, x.op.op};
       const auto& ra = [&]() -> const auto& {
         if constexpr (std::is_same_v<A, algo::inherit>) return algo_;
         else return a;
       }();
       using RA = std::remove_cvref_t<decltype(ra)>;
-      if constexpr (std::is_same_v<RA, algo::shared_memory>) return run<C>(ra, fp, bytes, plain);
-      else if constexpr (detail::is_candidate<algo::shared_memory, RA>)
-        return run<C>(ra.template get<algo::shared_memory>(), fp, bytes, plain);
-      else return run<C>(algo::shared_memory{}, fp, bytes, plain);
+      const auto& sm = [&]() -> const algo::shared_memory& {
+        if constexpr (std::is_same_v<RA, algo::shared_memory>) return ra;
+        else if constexpr (detail::is_candidate<algo::shared_memory, RA>) return ra.template get<algo::shared_memory>();
+        else return detail::default_shared_memory;
+      }();
+      if constexpr (plain_fold)
+        return run<C>(sm, fp, bytes, algo::call_args<T, memory, inner>{x.in, x.out, x.root, x.counts, x.recv_counts, x.op.op});
+      else
+        return run<C>(sm, fp, bytes, x);
     }
   }
   const auto& op = x.op;

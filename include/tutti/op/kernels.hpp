@@ -373,23 +373,53 @@ struct elem {
   unsigned char bytes[S];
 };
 
+/// Whether `Op` folds k inputs itself (a static `fold(out, rows, k, n)`, as
+/// `op::reproducible_sum`): a schedule that reads all ranks' values at once (shared_memory's
+/// `reduce_from`) must then call it rather than combine them two at a time.
+template <class T, class Op>
+inline constexpr bool folds_itself = requires(T* out, const T* const* rows, int k, std::size_t n) { Op::fold(out, rows, k, n); };
+
 /// A reduce op with its element type taken out: `combine(out, a, b, n)` runs the typed kernel.
 struct erased_op {
   using combine_fn = void (*)(const void* op, void* out, const void* a, const void* b, std::size_t n);
+  using fold_fn = void (*)(void* out, const void* const* rows, int k, std::size_t n);
   combine_fn fn = nullptr;
   const void* op = nullptr;  ///< the user's op object (it may have state)
+  fold_fn fold = nullptr;    ///< the op's own k-way fold (`folds_itself`), or null
 };
 
-/// The typed kernel behind an erased op.
+/// The typed kernels behind an erased op.
 template <class T, class Op>
 void combine_typed(const void* op, void* out, const void* a, const void* b, std::size_t n) {
   combine(static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n, *static_cast<const Op*>(op));
+}
+template <class T, class Op>
+void fold_typed(void* out, const void* const* rows, int k, std::size_t n) {
+  Op::fold(static_cast<T*>(out), reinterpret_cast<const T* const*>(rows), k, n);
 }
 
 /// `op` on elements of type `T`, erased; `op` must outlive the erased op (the call).
 template <class T, class Op>
 erased_op erase_op(const Op& op) noexcept {
-  return {&combine_typed<T, Op>, &op};
+  if constexpr (folds_itself<T, Op>) return {&combine_typed<T, Op>, &op, &fold_typed<T, Op>};
+  else return {&combine_typed<T, Op>, &op, nullptr};
+}
+
+/// `Op::fold` where the op folds itself: true, having folded; false where it combines two at a
+/// time (the caller does).
+template <class T, class Op>
+inline bool fold_itself(T* out, const T* const* rows, int k, std::size_t n, const Op& op) {
+  if constexpr (std::is_same_v<Op, erased_op>) {
+    if (!op.fold) return false;
+    op.fold(out, reinterpret_cast<const void* const*>(rows), k, n);
+    return true;
+  } else if constexpr (folds_itself<T, Op>) {
+    Op::fold(out, rows, k, n);
+    return true;
+  } else {
+    (void)out, (void)rows, (void)k, (void)n, (void)op;
+    return false;
+  }
 }
 
 /// out[i] = op(a[i], b[i]) for i < n, through the erased op's typed kernel.
