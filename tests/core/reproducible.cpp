@@ -395,3 +395,25 @@ TEST_CASE_TEMPLATE("reproducible_reduce against its scalar definition", T, float
     }
   }
 }
+
+TEST_CASE_TEMPLATE("reproducible_reduce with more inputs than a renormalisation interval", T, float,
+                   double) {
+  // k beyond binned_format<T>::R (256 for float, 1024 for double): the lanes carry
+  std::mt19937_64 rng(17);
+  const int k = std::is_same_v<T, float> ? 300 : 1100;
+  const std::size_t n = 203;
+  std::vector<std::vector<T>> in(8);
+  for (auto& b : in) b = random_values<T>(rng, n, -10, 10);
+  for (std::size_t i = 0; i < n; i += 3) in[2][i] = T(1);  // same sign: carries build up
+  std::vector<const T*> ptr;
+  for (int r = 0; r < k; ++r) ptr.push_back(in[static_cast<std::size_t>(r % 3 == 0 ? 2 : r % 8)].data());
+  std::vector<T> out(n);
+  tutti::detail::reproducible_reduce(out.data(), ptr.data(), k, n);
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    tutti::binned<T> a;
+    for (int r = 0; r < k; ++r) a.add(ptr[static_cast<std::size_t>(r)][i]);
+    if (bits(out[i]) != bits(a.value())) ++bad;
+  }
+  CHECK(bad == 0);
+}

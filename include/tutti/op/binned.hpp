@@ -472,21 +472,15 @@ inline double reproducible_sum(std::span<const double> v) noexcept {
 
 namespace detail {
 
-/// out[i] = the value() of a binned<T> into which in[0][i], ..., in[k-1][i] were added, for
-/// i < n (bitwise that); `out` may be in[0]. Each element's binned state lives in a SIMD lane, on
-/// its own index (from the largest |x| of its k inputs).
-template <class T>
-void reproducible_reduce(T* out, const T* const* in, int k, std::size_t n) {
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
-                "reproducible_reduce supports float and double");
-  using F = binned_format<T>;
-  auto one = [&](std::size_t e) {
-    binned<T> acc;
-    for (int r = 0; r < k; ++r) acc.add(in[r][e]);
-    out[e] = acc.value();
-  };
-  std::size_t i = 0;
 #if defined(TUTTI_HAVE_VECTOR_EXT)
+/// reproducible_reduce on the G * w elements from i, each element's binned state in a SIMD
+/// lane on its own index. Without carries (k <= R) the level sums of k deposits stay within the
+/// canonical window (|d| <= k 2^(W-p) B <= B/8), so the canonical carries are 0 and need no
+/// renormalisation. Returns false, having written nothing, if an input of these elements is an
+/// infinity or NaN.
+template <class T, int G, bool Carries>
+inline bool reproducible_reduce_lanes(T* out, const T* const* in, int k, std::size_t i) noexcept {
+  using F = binned_format<T>;
   using S = typename F::sbits;
   using vT [[gnu::vector_size(simd_bytes)]] = T;
   using vS [[gnu::vector_size(simd_bytes)]] = S;
@@ -495,87 +489,129 @@ void reproducible_reduce(T* out, const T* const* in, int k, std::size_t n) {
   constexpr S inf_s = static_cast<S>(std::bit_cast<typename F::bits>(std::numeric_limits<T>::infinity()));
   constexpr int I_max = binned_max_index<F>;
   constexpr S mant = F::p - 1;
-  if (k > 0) {
-    for (; i + w <= n; i += w) {
-      vS mx = {};
-      for (int r = 0; r < k; ++r) {
-        vS v;
-        std::memcpy(&v, in[r] + i, sizeof v);
-        v &= abs_s;
-        mx = v > mx ? v : mx;
-      }
-      const vS bad = mx >= inf_s;
-      S any = 0;
-      for (std::size_t l = 0; l < w; ++l) any |= bad[l];
-      if (any != 0) {  // infinities or NaN: these w elements one by one
-        for (std::size_t l = 0; l < w; ++l) one(i + l);
-        continue;
-      }
-      // the lanes' index: delta = I_max - I = ceil(max(0, E - c0) / W)
-      vS a = (mx >> mant) - (F::bias + binned_c0<F>);
-      a = a > 0 ? a : 0;
-      const vS delta = ((a + (F::W - 1)) * F::div_magic) >> 16;
-      const vS sg = (delta > I_max - F::scaled_below) & F::sigma;
-      vT P[3], lo[3], hi[3], half[3], p15[3];
-      vS C[3];
-      for (int j = 0; j < 3; ++j) {
-        // exponent of B_j: p - 1 + e_(I+j) - sigma, e_(I+j) = e_bottom + W (2 - j + delta)
-        const vS eb = (F::p - 1 + F::e_bottom + F::W * (2 - j)) + F::W * delta - sg;
-        const vT B = (vT)((eb + F::bias) << mant);
-        p15[j] = B * T(1.5);
-        lo[j] = B * T(1.25);
-        hi[j] = B * T(1.75);
-        half[j] = B * T(0.5);
-        P[j] = p15[j];
-        C[j] = vS{};
-      }
-      const vT scale = (vT)((F::bias - sg) << mant);
-      const vS last_or = (delta != 0) & 1;  // the finest level takes x as it is
-      auto renorm = [&] {
-        for (int j = 0; j < 3; ++j) {
-          const vS kk = (P[j] < lo[j]) - (P[j] >= hi[j]);
-          C[j] += kk;
-          P[j] -= __builtin_convertvector(kk, vT) * half[j];
-        }
-      };
-      for (int r = 0; r < k; ++r) {
-        vT y;
-        std::memcpy(&y, in[r] + i, sizeof y);
-        y *= scale;
-        for (int j = 0; j < 2; ++j) {
-          const vT Pn = P[j] + (vT)((vS)y | 1);
-          const vT q = Pn - P[j];
-          P[j] = Pn;
-          y -= q;
-        }
-        P[2] += (vT)((vS)y | last_or);
-        if ((r + 1) % F::R == 0) renorm();
-      }
-      renorm();
-      if constexpr (std::is_same_v<T, float>) {
-        using vD [[gnu::vector_size(2 * simd_bytes)]] = double;
-        using vL [[gnu::vector_size(2 * simd_bytes)]] = std::int64_t;
-        const vL sgl = __builtin_convertvector(sg, vL);
-        const vD up = (vD)((sgl + 1023) << 52);
-        const vL dl = __builtin_convertvector(delta, vL);
-        vD V[3];
-        for (int j = 0; j < 3; ++j) {
-          const vL eh = (F::p - 2 + F::e_bottom + F::W * (2 - j)) + F::W * dl;  // H_j unscaled
-          const vD H = (vD)((eh + 1023) << 52);
-          V[j] = __builtin_convertvector(C[j], vD) * H + __builtin_convertvector(P[j] - p15[j], vD) * up;
-        }
-        const vT res = __builtin_convertvector((V[0] + V[1]) + V[2], vT);
-        std::memcpy(out + i, &res, sizeof res);
-      } else {
-        vT V[3];
-        for (int j = 0; j < 3; ++j) {
-          const vT H = half[j];  // B_j / 2 in scaled units
-          V[j] = __builtin_convertvector(C[j], vT) * H + (P[j] - p15[j]);
-        }
-        const vT res = ((V[0] + V[1]) + V[2]) * (vT)((F::bias + sg) << mant);
-        std::memcpy(out + i, &res, sizeof res);
+  vS mx[G] = {};
+  for (int r = 0; r < k; ++r)
+    for (int g = 0; g < G; ++g) {
+      vS v;
+      std::memcpy(&v, in[r] + i + g * w, sizeof v);
+      v &= abs_s;
+      mx[g] = v > mx[g] ? v : mx[g];
+    }
+  vS bad = mx[0] >= inf_s;
+  for (int g = 1; g < G; ++g) bad |= mx[g] >= inf_s;
+  std::uint64_t words[sizeof(vS) / 8];
+  std::memcpy(words, &bad, sizeof words);
+  std::uint64_t any = 0;
+  for (const std::uint64_t word : words) any |= word;
+  if (any != 0) return false;
+
+  vT P[G][3], p15[G][3], lo[G][3], hi[G][3], half[G][3], scale[G];
+  vS C[G][3], sg[G], delta[G], last_or[G];
+  for (int g = 0; g < G; ++g) {
+    // the lanes' index: delta = I_max - I = ceil(max(0, E - c0) / W)
+    vS a = (mx[g] >> mant) - (F::bias + binned_c0<F>);
+    a = a > 0 ? a : 0;
+    delta[g] = ((a + (F::W - 1)) * F::div_magic) >> 16;
+    sg[g] = (delta[g] > I_max - F::scaled_below) & F::sigma;
+    scale[g] = (vT)((F::bias - sg[g]) << mant);
+    last_or[g] = (delta[g] != 0) & 1;  // the finest level takes x as it is
+    for (int j = 0; j < 3; ++j) {
+      // exponent of B_j: p - 1 + e_(I+j) - sigma, e_(I+j) = e_bottom + W (2 - j + delta)
+      const vS eb = (F::p - 1 + F::e_bottom + F::W * (2 - j)) + F::W * delta[g] - sg[g];
+      const vT B = (vT)((eb + F::bias) << mant);
+      p15[g][j] = B * T(1.5);
+      P[g][j] = p15[g][j];
+      if constexpr (Carries) {
+        lo[g][j] = B * T(1.25);
+        hi[g][j] = B * T(1.75);
+        half[g][j] = B * T(0.5);
+        C[g][j] = vS{};
       }
     }
+  }
+  auto renorm = [&] {
+    for (int g = 0; g < G; ++g)
+      for (int j = 0; j < 3; ++j) {
+        const vS kk = (P[g][j] < lo[g][j]) - (P[g][j] >= hi[g][j]);
+        C[g][j] += kk;
+        P[g][j] -= __builtin_convertvector(kk, vT) * half[g][j];
+      }
+  };
+  for (int r = 0; r < k; ++r) {
+    for (int g = 0; g < G; ++g) {
+      vT y;
+      std::memcpy(&y, in[r] + i + g * w, sizeof y);
+      y *= scale[g];
+      for (int j = 0; j < 2; ++j) {
+        const vT Pn = P[g][j] + (vT)((vS)y | 1);
+        const vT q = Pn - P[g][j];
+        P[g][j] = Pn;
+        y -= q;
+      }
+      P[g][2] += (vT)((vS)y | last_or[g]);
+    }
+    if constexpr (Carries)
+      if ((r + 1) % F::R == 0) renorm();
+  }
+  if constexpr (Carries) renorm();
+  // value(), as binned<T>::value() computes it from the canonical state
+  for (int g = 0; g < G; ++g) {
+    if constexpr (std::is_same_v<T, float>) {
+      using vD [[gnu::vector_size(2 * simd_bytes)]] = double;
+      using vL [[gnu::vector_size(2 * simd_bytes)]] = std::int64_t;
+      const vD up = (vD)((__builtin_convertvector(sg[g], vL) + 1023) << 52);
+      vD V[3];
+      for (int j = 0; j < 3; ++j) {
+        V[j] = __builtin_convertvector(P[g][j] - p15[g][j], vD) * up;
+        if constexpr (Carries) {
+          const vL eh = (F::p - 2 + F::e_bottom + F::W * (2 - j)) +
+                        F::W * __builtin_convertvector(delta[g], vL);  // B_j / 2, unscaled
+          V[j] = __builtin_convertvector(C[g][j], vD) * (vD)((eh + 1023) << 52) + V[j];
+        }
+      }
+      const vT res = __builtin_convertvector((V[0] + V[1]) + V[2], vT);
+      std::memcpy(out + i + g * w, &res, sizeof res);
+    } else {
+      vT V[3];
+      for (int j = 0; j < 3; ++j) {
+        V[j] = P[g][j] - p15[g][j];
+        if constexpr (Carries) V[j] = __builtin_convertvector(C[g][j], vT) * half[g][j] + V[j];
+      }
+      const vT res = ((V[0] + V[1]) + V[2]) * (vT)((F::bias + sg[g]) << mant);
+      std::memcpy(out + i + g * w, &res, sizeof res);
+    }
+  }
+  return true;
+}
+#endif
+
+/// out[i] = the value() of a binned<T> into which in[0][i], ..., in[k-1][i] were added, for
+/// i < n (bitwise that); `out` may be in[0]. Vectorised across i: each element's binned state
+/// lives in a SIMD lane, on its own index (from the largest |x| of its k inputs); elements with
+/// an infinity or NaN among their inputs go through binned<T> itself.
+template <class T>
+void reproducible_reduce(T* out, const T* const* in, int k, std::size_t n) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
+                "reproducible_reduce supports float and double");
+  auto one = [&](std::size_t e) {
+    binned<T> acc;
+    for (int r = 0; r < k; ++r) acc.add(in[r][e]);
+    out[e] = acc.value();
+  };
+  std::size_t i = 0;
+#if defined(TUTTI_HAVE_VECTOR_EXT)
+  constexpr std::size_t w = simd_bytes / sizeof(T);
+  auto run = [&]<bool Carries>() {
+    for (; i + 4 * w <= n; i += 4 * w)
+      if (!reproducible_reduce_lanes<T, 4, Carries>(out, in, k, i))
+        for (std::size_t l = 0; l < 4 * w; ++l) one(i + l);
+    for (; i + w <= n; i += w)
+      if (!reproducible_reduce_lanes<T, 1, Carries>(out, in, k, i))
+        for (std::size_t l = 0; l < w; ++l) one(i + l);
+  };
+  if (k > 0) {
+    if (k <= binned_format<T>::R) run.template operator()<false>();
+    else run.template operator()<true>();
   }
 #endif
   for (; i < n; ++i) one(i);
