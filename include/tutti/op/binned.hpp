@@ -49,14 +49,16 @@
 ///
 /// **Error bound** (n finite inputs x_i, S their exact sum, u = 2^-p the unit roundoff of T):
 ///   float:  |value() - S| <= 2^-24 |S| + 1.01 * n * 2^-26 * max|x_i|
-///   double: |value() - S| <= n * 2^-80 * max|x_i| + 2^-48 * sum|x_i|
+///   double: |value() - S| <= 2^-53 |S| + 1.01 * n * 2^-80 * max|x_i| + 2^-97 * sum|x_i|
+/// (plus half the smallest subnormal where the result is subnormal).
 /// The n 2^(-2W) max|x_i| term is the dropped remainders (at most s_(I+2) / 2 = 2^(-2W-1) s_I
 /// each, and s_I <= 2 max|x_i| unless I = I_max, where the last level's step is the smallest
 /// subnormal and nothing is dropped: sums of small numbers, subnormals included, are exact before
-/// the final rounding). `value()` then adds the three level sums: for float each is exact in
-/// double, summed in double and rounded once to float; for double each level sum is rounded
-/// once and the three summed in a fixed order (at most 3 u sum|V_j| <= 18 u sum|x_i|, since
-/// each input puts at most 2 |x| into each level).
+/// the final rounding). `value()` then adds the six terms C_j B_j/2 and d_j, each exact in
+/// double, in a fixed order with error-free additions (TwoSum) and the errors summed apart
+/// (Ogita, Rump and Oishi's Sum2): at most 2^-53 |D| + 25 * 2^-106 * sum|terms| from their exact
+/// sum D, where sum|terms| <= 3 sum_j |V_j| <= 18 sum|x_i| (each input puts at most 2|x| into
+/// each level); for float the double is then rounded once to float.
 ///
 /// **Special values.** Infinities and NaNs are not deposited but recorded in flags (merged by or):
 /// `value()` is NaN (the default quiet NaN, whatever the inputs' payloads) if any input was NaN
@@ -146,6 +148,15 @@ inline T binned_or1(T x) noexcept {
   return std::bit_cast<T>(std::bit_cast<typename binned_format<T>::bits>(x) | 1u);
 }
 
+/// s + c += a: s the rounded sum, c the accumulated rounding errors (Knuth's TwoSum, exact).
+template <class D>
+inline void binned_two_sum(D& s, D& c, const D& a) noexcept {
+  const D t = s + a;
+  const D z = t - s;
+  c += (s - (t - z)) + (a - z);
+  s = t;
+}
+
 template <class T>
 void reproducible_reduce(T* out, const T* const* in, int k, std::size_t n);
 
@@ -193,21 +204,26 @@ class binned {
       return (special_ & 1u) != 0 ? std::numeric_limits<T>::infinity()
                                   : -std::numeric_limits<T>::infinity();
     }
+    // The six exact terms C_j B_j/2 and d_j, summed in this order with error-free additions
+    // (float: in double, unscaled; double: in the index's units, scaled back at the end).
     const int I = index();
     const int sg = sigma_of(I);
+    double s = 0, c = 0;
     if constexpr (std::is_same_v<T, float>) {
       const double up = detail::binned_pow2<double>(sg);
-      double V[3];
-      for (int j = 0; j < 3; ++j)
-        V[j] = static_cast<double>(c_[j]) * detail::binned_pow2<double>(F::p - 2 + e_level(I + j)) +
-               static_cast<double>(d_[j]) * up;
-      return static_cast<float>((V[0] + V[1]) + V[2]);
+      for (int j = 0; j < 3; ++j) {
+        detail::binned_two_sum(s, c, static_cast<double>(c_[j]) *
+                                         detail::binned_pow2<double>(F::p - 2 + e_level(I + j)));
+        detail::binned_two_sum(s, c, static_cast<double>(d_[j]) * up);
+      }
+      return static_cast<float>(s + c);
     } else {
-      double V[3];
-      for (int j = 0; j < 3; ++j)
-        V[j] = static_cast<double>(c_[j]) * detail::binned_pow2<double>(F::p - 2 + e_level(I + j) - sg) +
-               d_[j];
-      return ((V[0] + V[1]) + V[2]) * detail::binned_pow2<double>(sg);
+      for (int j = 0; j < 3; ++j) {
+        detail::binned_two_sum(
+            s, c, static_cast<double>(c_[j]) * detail::binned_pow2<double>(F::p - 2 + e_level(I + j) - sg));
+        detail::binned_two_sum(s, c, d_[j]);
+      }
+      return (s + c) * detail::binned_pow2<double>(sg);
     }
   }
 
@@ -559,30 +575,37 @@ inline bool reproducible_reduce_lanes(T* out, const T* const* in, int k, std::si
       if ((r + 1) % F::R == 0) renorm();
   }
   if constexpr (Carries) renorm();
-  // value(), as binned<T>::value() computes it from the canonical state
+  // value(), as binned<T>::value() computes it from the canonical state. Without carries the
+  // terms C_j B_j/2 are +0, and a TwoSum of +0 changes neither s nor c (neither is ever -0).
   for (int g = 0; g < G; ++g) {
     if constexpr (std::is_same_v<T, float>) {
       using vD [[gnu::vector_size(2 * simd_bytes)]] = double;
       using vL [[gnu::vector_size(2 * simd_bytes)]] = std::int64_t;
       const vD up = (vD)((__builtin_convertvector(sg[g], vL) + 1023) << 52);
-      vD V[3];
-      for (int j = 0; j < 3; ++j) {
-        V[j] = __builtin_convertvector(P[g][j] - p15[g][j], vD) * up;
-        if constexpr (Carries) {
+      vD s = {}, c = {};
+      if constexpr (Carries) {
+        for (int j = 0; j < 3; ++j) {
           const vL eh = (F::p - 2 + F::e_bottom + F::W * (2 - j)) +
                         F::W * __builtin_convertvector(delta[g], vL);  // B_j / 2, unscaled
-          V[j] = __builtin_convertvector(C[g][j], vD) * (vD)((eh + 1023) << 52) + V[j];
+          binned_two_sum(s, c, __builtin_convertvector(C[g][j], vD) * (vD)((eh + 1023) << 52));
+          binned_two_sum(s, c, __builtin_convertvector(P[g][j] - p15[g][j], vD) * up);
         }
+      } else {
+        // |d_0| <= 2^20 s_I and d_2 a multiple of 2^-26 s_I: every partial sum is exact in
+        // double, so the TwoSums' errors are all +0 and plain additions give the same bits
+        s = __builtin_convertvector(P[g][0] - p15[g][0], vD) * up;
+        s += __builtin_convertvector(P[g][1] - p15[g][1], vD) * up;
+        s += __builtin_convertvector(P[g][2] - p15[g][2], vD) * up;
       }
-      const vT res = __builtin_convertvector((V[0] + V[1]) + V[2], vT);
+      const vT res = __builtin_convertvector(s + c, vT);
       std::memcpy(out + i + g * w, &res, sizeof res);
     } else {
-      vT V[3];
+      vT s = {}, c = {};
       for (int j = 0; j < 3; ++j) {
-        V[j] = P[g][j] - p15[g][j];
-        if constexpr (Carries) V[j] = __builtin_convertvector(C[g][j], vT) * half[g][j] + V[j];
+        if constexpr (Carries) binned_two_sum(s, c, __builtin_convertvector(C[g][j], vT) * half[g][j]);
+        binned_two_sum(s, c, P[g][j] - p15[g][j]);
       }
-      const vT res = ((V[0] + V[1]) + V[2]) * (vT)((F::bias + sg[g]) << mant);
+      const vT res = (s + c) * (vT)((F::bias + sg[g]) << mant);
       std::memcpy(out + i + g * w, &res, sizeof res);
     }
   }
