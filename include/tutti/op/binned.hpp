@@ -592,10 +592,12 @@ inline bool reproducible_reduce_lanes(T* out, const T* const* in, int k, std::si
         }
       } else {
         // |d_0| <= 2^20 s_I and d_2 a multiple of 2^-26 s_I: every partial sum is exact in
-        // double, so the TwoSums' errors are all +0 and plain additions give the same bits
-        s = __builtin_convertvector(P[g][0] - p15[g][0], vD) * up;
-        s += __builtin_convertvector(P[g][1] - p15[g][1], vD) * up;
-        s += __builtin_convertvector(P[g][2] - p15[g][2], vD) * up;
+        // double, so the TwoSums' errors are all +0, and plain additions, scaled once at the
+        // end (by a power of two, exactly), give the same bits
+        s = __builtin_convertvector(P[g][0] - p15[g][0], vD);
+        s += __builtin_convertvector(P[g][1] - p15[g][1], vD);
+        s += __builtin_convertvector(P[g][2] - p15[g][2], vD);
+        s *= up;
       }
       const vT res = __builtin_convertvector(s + c, vT);
       std::memcpy(out + i + g * w, &res, sizeof res);
