@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <tutti/op/binned.hpp>
+#include <tutti/op/kernels.hpp>
 #include <tutti/op/ops.hpp>
 
 TEST_SUITE_BEGIN("unit");
@@ -415,4 +416,24 @@ TEST_CASE_TEMPLATE("reproducible_reduce with more inputs than a renormalisation 
     if (bits(out[i]) != bits(a.value())) ++bad;
   }
   CHECK(bad == 0);
+}
+
+TEST_CASE_TEMPLATE("binned: buffers merge element-wise through combine and op::sum (reproducible)", T,
+                   float, double) {
+  // the all_reduce of binned<T> elements: out[i] = op::sum{}(a[i], b[i]), out aliasing a
+  std::mt19937_64 rng(19);
+  const std::size_t n = 37;
+  std::vector<tutti::binned<T>> a(n), b(n), want(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto x = random_values<T>(rng, 1 + i * 10, -40, 40);
+    const std::size_t cut = rng() % (x.size() + 1);
+    a[i].add(std::span<const T>(x.data(), cut));
+    b[i].add(std::span<const T>(x.data() + cut, x.size() - cut));
+    want[i] = accumulate<T>(x);
+  }
+  tutti::detail::combine(a.data(), a.data(), b.data(), n, tutti::op::sum{});
+  for (std::size_t i = 0; i < n; ++i) {
+    CHECK(a[i] == want[i]);
+    CHECK(bits(a[i].value()) == bits(want[i].value()));
+  }
 }

@@ -17,7 +17,8 @@
 /// with the hidden one), whose ulp is therefore s_L. x goes into levels I, I+1, I+2 in turn:
 /// `P' = P + (x|1); q = P' - P; x -= q` (`x|1`: x with the lowest bit of its representation set).
 /// q is exact, and it is x rounded to the grid of step s_L, ties away from zero: x's ulp is at
-/// most s_L / 4 (|x| <= 2^(W-1) s_L and W <= p - 2), so the set bit makes x|1 lie strictly off
+/// most s_L / 4 (|x| <= 2^(W-1) s_L and W <= p - 2; a subnormal's ulp, the smallest subnormal,
+/// is 2^-W s_L or less at every level but the finest), so the set bit makes x|1 lie strictly off
 /// every midpoint of the grid, on x's side of it. So q = rnd_L(x) depends on x and L alone, never
 /// on P or on the order of deposits. (The finest level, whose step is the smallest subnormal,
 /// only ever the last level of I_max, takes x as it is: every x is on its grid, and setting a bit
