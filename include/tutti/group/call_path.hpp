@@ -69,7 +69,15 @@ void communicator<Transport, Algorithm>::run_call(const A& a, const desc<T, Op>&
   const auto busy = ordered(collective_name(C).data());
   const auto c = checked<C>(d);
   if constexpr (detail::rank_ordered_op<Op> && info(C).reduces && !info(C).ordered) {
-    if (!c.alone) run_ordered<C>(a, c.fp, c.basis, c.x);
+    using K = std::remove_cvref_t<decltype(c.x.op)>;
+    if (!c.alone) {
+      run_ordered<C>(a, c.fp, c.basis, c.x);
+    } else if constexpr (detail::folds_itself<T, K>) {
+      // One rank: its values are the multiset, folded as any other (reproducible_sum's -0.0 is
+      // +0.0 at every rank count).
+      const T* row = c.x.out.data();
+      K::fold(c.x.out.data(), &row, 1, c.x.out.size());
+    }
   } else if constexpr (detail::rank_ordered_op<Op> && info(C).reduces) {
     // scan, exscan: direct's chain is the serial left fold on every rank
     using K = std::remove_cvref_t<decltype(c.x.op)>;

@@ -80,6 +80,7 @@
 #include <cstring>
 #include <limits>
 #include <span>
+#include <string_view>
 #include <type_traits>
 
 #include "tutti/op/kernels.hpp"
@@ -649,5 +650,32 @@ void reproducible_reduce(T* out, const T* const* in, int k, std::size_t n) {
 }
 
 }  // namespace detail
+
+namespace op {
+/// A sum of float or double whose every element's bits depend only on the multiset of the
+/// ranks' values: the same at any rank count, in any rank order, with any algorithm, size,
+/// transport or fusion. `comm.all_reduce(v, tutti::op::reproducible_sum{})` (also reduce and
+/// reduce_scatter(_v)): each element's values are moved raw to where it is reduced and summed
+/// there as one `binned<T>` (`detail::reproducible_reduce`), within `binned<T>`'s error bound
+/// (file comment). A rank-ordered op (`rank_ordered`): the communicator runs it as it runs
+/// `op::ordered` (group/ordered_path.hpp), and over shared windows `algo::shared_memory` hands
+/// the fold every rank's values where they lie.
+struct reproducible_sum {
+  static constexpr std::string_view name = "reproducible_sum";
+  static constexpr bool rank_ordered = true;
+  /// a + b: what the op means for two values (the library never reduces with it: see `fold`).
+  template <class T>
+  constexpr T operator()(const T& a, const T& b) const {
+    return static_cast<T>(a + b);
+  }
+  /// out[i] = the reproducible sum of rows[0][i], ..., rows[k-1][i].
+  template <class T>
+  static void fold(T* out, const T* const* rows, int k, std::size_t n) {
+    static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
+                  "tutti::op::reproducible_sum sums float or double; for other types use op::ordered<op::sum>");
+    detail::reproducible_reduce(out, rows, k, n);
+  }
+};
+}  // namespace op
 
 }  // namespace tutti

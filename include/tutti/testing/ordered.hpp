@@ -5,7 +5,8 @@
 /// out of place, for reduce, all_reduce, reduce_scatter, reduce_scatter_v and the scans, at
 /// sizes on both sides of the gather/reduce-scatter switch, fused and unfused, on data of mixed
 /// magnitude with signed zeros, subnormals and infinities; and a user op that neither commutes
-/// nor associates. A negative control shows that plain `op::sum` does depend on the algorithm
+/// nor associates. `op::reproducible_sum` and `binned<T>` buffers: each element's bits depend only
+/// on its multiset of values, however they are dealt to the ranks. A negative control shows that plain `op::sum` does depend on the algorithm
 /// at three ranks or more (so that these checks could fail).
 #pragma once
 
@@ -27,6 +28,7 @@
 #include "tutti/core/float16.hpp"
 #include "tutti/core/view.hpp"
 #include "tutti/group/request.hpp"
+#include "tutti/op/binned.hpp"
 #include "tutti/op/ops.hpp"
 #include "tutti/testing/collectives.hpp"
 #include "tutti/testing/mismatch.hpp"
@@ -188,6 +190,67 @@ void check_ordered_calls(Comm& comm, report& rep, std::size_t n, const Op& inner
   }
 }
 
+/// `binned<T>` buffers and `op::reproducible_sum` with algorithm `A`: the bits depend only on
+/// each element's multiset of values. Binned: seven contributions per element are dealt to the
+/// ranks (a different deal per element, so the split is random and differs with the rank
+/// count), and the result must equal `reproducible_sum` of the seven, computed here on one rank.
+/// reproducible_sum: one contribution per rank, in two orders, equal to `reproducible_sum` of
+/// the p.
+template <class A, class T, class Comm>
+void check_reproducible_sums(Comm& comm, report& rep, std::size_t n, const A& a = {}) {
+  using namespace ordered_detail;
+  using Tr = typename Comm::transport_type;
+  constexpr int parts = 7;
+  const int p = comm.size(), me = comm.rank();
+  const std::uint64_t salt = 0x5eed + n + sizeof(T);
+  const std::string tag = "reproducible " + std::string(A::name) + " on " + std::to_string(p) + " ranks, " +
+                          std::to_string(n) + " x " + dtype_name(dtype_of<T>());
+  auto owner = [&](int j, std::size_t i) { return static_cast<int>(mix(salt ^ (i << 8) ^ static_cast<std::uint64_t>(j)) % static_cast<std::uint64_t>(p)); };
+  std::vector<T> want(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    T col[parts];
+    for (int j = 0; j < parts; ++j) col[j] = value<T>(j, i, salt);
+    want[i] = reproducible_sum(std::span<const T>(col, parts));
+  }
+  if constexpr (has<A, collective::all_reduce, Tr>) {
+    // binned<T> accumulators, merged by a plain op::sum all_reduce.
+    std::vector<binned<T>> acc(n);
+    for (std::size_t i = 0; i < n; ++i)
+      for (int j = 0; j < parts; ++j)
+        if (owner(j, i) == me) acc[i].add(value<T>(j, i, salt));
+    comm.all_reduce(view(acc), op::sum{}, a);
+    std::vector<T> got(n);
+    for (std::size_t i = 0; i < n; ++i) got[i] = acc[i].value();
+    rep.check(same_bits(got.data(), want.data(), n), tag + ": binned all_reduce", me, difference(got.data(), want.data(), n));
+  }
+  // One contribution per rank: op::reproducible_sum on plain buffers, the ranks' values in two
+  // orders (rank r holds contribution r, then p-1-r): the same bits both times.
+  for (std::size_t i = 0; i < n; ++i) {
+    std::vector<T> col(static_cast<std::size_t>(p));
+    for (int j = 0; j < p; ++j) col[static_cast<std::size_t>(j)] = value<T>(j, i, salt);
+    want[i] = reproducible_sum(std::span<const T>(col));
+  }
+  for (const bool reversed : {false, true}) {
+    const int j = reversed ? p - 1 - me : me;
+    const auto mine = values<T>(j, n, salt);
+    const std::string how = reversed ? " (ranks reversed)" : "";
+    if constexpr (has<A, collective::all_reduce, Tr>) {
+      std::vector<T> out(n);
+      comm.all_reduce(view(std::as_const(mine)), view(out), op::reproducible_sum{}, a);
+      rep.check(same_bits(out.data(), want.data(), n), tag + ": all_reduce" + how, me, difference(out.data(), want.data(), n));
+    }
+    if constexpr (has<A, collective::reduce_scatter_v, Tr>) {
+      std::vector<std::size_t> counts(static_cast<std::size_t>(p), n / static_cast<std::size_t>(p));
+      counts.back() += n % static_cast<std::size_t>(p);
+      std::vector<T> out(counts[static_cast<std::size_t>(me)]);
+      comm.reduce_scatter_v(view(mine), view(out), counts, op::reproducible_sum{}, a);
+      const std::size_t at = n / static_cast<std::size_t>(p) * static_cast<std::size_t>(me);
+      rep.check(same_bits(out.data(), want.data() + at, out.size()), tag + ": reduce_scatter_v" + how, me,
+                difference(out.data(), want.data() + at, out.size()));
+    }
+  }
+}
+
 /// A fused batch of `op::ordered<op::sum>` all_reduces of float: each part bitwise its serial
 /// fold, at any rank count.
 template <class Comm>
@@ -245,7 +308,9 @@ void check_ordered(Comm& comm, report& rep) {
   each_type<Algorithms>([&](auto a) {
     using A = decltype(a);
     for (std::size_t n : sizes) check_ordered_calls<A, float>(comm, rep, n, op::sum{});
+    for (std::size_t n : sizes) check_reproducible_sums<A, float>(comm, rep, n);
   });
+  for (std::size_t n : sizes) check_reproducible_sums<algo::automatic, double>(comm, rep, n);
   for (std::size_t n : sizes) check_ordered_calls<algo::automatic, float>(comm, rep, n, ordered_detail::leaky_sum{});
   for (std::size_t n : sizes) check_ordered_calls<algo::automatic, double, false>(comm, rep, n, op::sum{});
   for (std::size_t n : sizes) check_ordered_calls<algo::automatic, bfloat16, false>(comm, rep, n, op::sum{});
