@@ -125,12 +125,12 @@ void check_nonblocking(Runner& run, report& rep) {
   check_nonblocking_mismatches(run, rep);
 }
 
-/// Part 5.
+/// Part 5 (`o.large`: with the 1 and 16 MiB all_reduces).
 template <class Algorithms, class Runner>
-void check_reproducible(Runner& run, report& rep) {
+void check_reproducible(Runner& run, report& rep, const options& o = {}) {
   auto body = [&](auto& comm, report& r) {
     comm.set_timeout(std::chrono::seconds(120));
-    check_ordered<Algorithms>(comm, r);
+    check_ordered<Algorithms>(comm, r, o.large);
   };
   run.each(body, rep, "reproducible reductions on " + std::to_string(run.size()) + " ranks");
 }
@@ -142,7 +142,7 @@ void check_transport(Runner& run, report& rep, const options& o = {}) {
   if (o.mismatches) check_all_mismatches<Algorithms>(run, rep);
   if (o.failures) check_failures(run, rep, o);
   if (o.nonblocking) check_nonblocking(run, rep);
-  if (o.ordered) check_reproducible<Algorithms>(run, rep);
+  if (o.ordered) check_reproducible<Algorithms>(run, rep, o);
 }
 
 /// The whole suite with ranks as threads: `launch(n, body)` runs `body(comm)` on n threads,
