@@ -399,22 +399,11 @@ void communicator<Transport, Algorithm>::fused_all_reduce(std::span<const view<T
   fp.shape = detail::counts_digest(counts);
   if constexpr (detail::rank_ordered_op<Op>) {
     // Folded elementwise in rank order: packed, run as one call, unpacked (the same bits).
-    if (size() > 1) {
-      T* packed = reinterpret_cast<T*>(fused_scratch_.reserve(total * sizeof(T)));
-      std::size_t at = 0;
-      for (const auto& v : parts) {
-        detail::copy_bytes(t_, packed + at, v.data(), v.size_bytes());
-        at += v.size();
-      }
-      const view<T, memory> whole(packed, total);
-      run_ordered<collective::all_reduce>(a0, fp, total * sizeof(T),
-                                          algo::call_args<T, memory, decltype(kernel_op(op))>{whole, whole, -1, {}, {}, kernel_op(op)});
-      at = 0;
-      for (const auto& v : parts) {
-        detail::copy_bytes(t_, v.data(), packed + at, v.size_bytes());
-        at += v.size();
-      }
-    }
+    if (size() > 1)
+      packed_run(parts, total, [&](view<T, memory> whole) {
+        run_ordered<collective::all_reduce>(
+            a0, fp, total * sizeof(T), algo::call_args<T, memory, decltype(kernel_op(op))>{whole, whole, -1, {}, {}, kernel_op(op)});
+      });
   } else if (size() > 1) {
     const auto& a = [&]() -> const auto& {
       if constexpr (std::is_same_v<Algo, algo::inherit>) return algo_;
@@ -498,19 +487,9 @@ void communicator<Transport, Algorithm>::fused_parts(const A& alg, fingerprint f
     if constexpr (requires { alg.all_reduce_parts(ch, parts, op); }) {
       if (alg.all_reduce_parts(ch, parts, op)) return;
     }
-    E* packed = reinterpret_cast<E*>(fused_scratch_.reserve(total * sizeof(E)));
-    std::size_t at = 0;
-    for (const auto& v : parts) {
-      detail::copy_bytes(t_, packed + at, v.data(), v.size_bytes());
-      at += v.size();
-    }
-    const view<E, memory> whole(packed, total);
-    schedule_call<collective::all_reduce>(alg, ch, algo::call_args<E, memory, Op>{whole, whole, -1, {}, {}, op});
-    at = 0;
-    for (const auto& v : parts) {
-      detail::copy_bytes(t_, v.data(), packed + at, v.size_bytes());
-      at += v.size();
-    }
+    packed_run(parts, total, [&](view<E, memory> whole) {
+      schedule_call<collective::all_reduce>(alg, ch, algo::call_args<E, memory, Op>{whole, whole, -1, {}, {}, op});
+    });
   });
 }
 
