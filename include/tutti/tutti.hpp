@@ -28,6 +28,7 @@
 #include "tutti/group/communicator.hpp"
 #include "tutti/group/request.hpp"
 #include "tutti/group/threads.hpp"
+#include "tutti/op/binned.hpp"
 #include "tutti/op/kernels.hpp"
 #include "tutti/op/ops.hpp"
 #include "tutti/transport/inproc.hpp"

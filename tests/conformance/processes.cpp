@@ -93,4 +93,13 @@ TEST_CASE("conformance: non-blocking operations") {
   tutti::test::verdict(rep, world().rank() == 0);
 }
 
+TEST_CASE("conformance: reproducible reductions") {
+  testing::report rep;
+  auto run = runner();
+  auto o = suite_options();
+  o.large = !tutti::test::fewer_types;  // the instrumented builds: no 1 and 16 MiB all_reduces
+  testing::check_reproducible<testing::every_algorithm>(run, rep, o);
+  tutti::test::verdict(rep, world().rank() == 0);
+}
+
 TEST_SUITE_END();

@@ -9,6 +9,8 @@
 #include <type_traits>
 #include <vector>
 
+#include <tutti/testing/ordered.hpp>
+
 #include "../support/mesh_checks.hpp"
 #include "../support/outcomes.hpp"
 
@@ -86,6 +88,30 @@ TEST_CASE("mesh: an axis runs the algorithm it names and the others the communic
     const int tp = m.template coordinate<"tp">();
     CHECK(v[0] == tp + (2 + tp) + (4 + tp));
   }, "mesh with a ring axis");
+}
+
+TEST_CASE("mesh: op::ordered on an axis is the serial fold in the axis's order") {
+  // Each axis is a flat communicator whose rank is the coordinate: a rank-ordered op folds in
+  // coordinate order there, with the axis's own algorithm (ring) and with the communicator's.
+  run_ok(6, [](auto& comm) {
+    auto m = tutti::mesh<axis<"dp", algo::ring>, axis<"tp">>(comm, {3, 2});
+    const int dp = m.template coordinate<"dp">(), tp = m.template coordinate<"tp">();
+    namespace od = testing::ordered_detail;
+    for (std::size_t n : {std::size_t{5}, std::size_t{30000}}) {
+      const std::uint64_t salt = 17 + static_cast<std::uint64_t>(tp);
+      std::vector<float> want(n);
+      for (std::size_t i = 0; i < n; ++i) want[i] = od::serial<float>(0, 3, i, salt, op::sum{});
+      auto v = od::values<float>(dp, n, salt);
+      m.template axis<"dp">().all_reduce(view(v), op::ordered_sum{});
+      CHECK_MESSAGE(od::same_bits(v.data(), want.data(), n), od::difference(v.data(), want.data(), n));
+      const std::uint64_t salt_tp = 200 + static_cast<std::uint64_t>(dp);  // the same on the tp axis
+      auto w = od::values<float>(tp, n, salt_tp);
+      std::vector<float> want_tp(n);
+      for (std::size_t i = 0; i < n; ++i) want_tp[i] = od::serial<float>(0, 2, i, salt_tp, op::sum{});
+      m.template axis<"tp">().all_reduce(view(w), op::ordered_sum{});
+      CHECK_MESSAGE(od::same_bits(w.data(), want_tp.data(), n), od::difference(w.data(), want_tp.data(), n));
+    }
+  }, "ordered sums on mesh axes");
 }
 
 TEST_CASE("mesh: ranks that pass different shapes all raise mismatch_error naming both shapes") {

@@ -74,6 +74,10 @@ struct shared_memory {
   static constexpr std::string_view name = "shared_memory";
   /// What it needs of a transport (its schedules run on host memory only).
   static constexpr std::string_view needs = "a transport with shared windows (tutti::shm)";
+  /// Where the transport has a window, reduce, all_reduce and reduce_scatter(_v) fold every
+  /// element in rank order, `slot 0 ∘ slot 1 ∘ …` (`reduce_from`): what `op::ordered` asks, so
+  /// the communicator runs those calls here as they are (group/ordered_path.hpp).
+  static constexpr bool folds_in_rank_order = true;
   /// all_reduce runs one shot while bytes·(p−1)² is at most this (and the message fits a window
   /// half): every rank reads all p slots, so the two-shot schedule wins sooner as p grows
   /// (measured here: up to 256 KiB at 2 ranks, 32 KiB at 4).
@@ -842,11 +846,24 @@ struct shared_memory {
   static void reduce_slots(Ph& ph, std::uint64_t g, std::size_t first, T* out, std::size_t n, const Op& op) {
     reduce_from<T>(ph, [&](int r) { return reinterpret_cast<const T*>(ph.slot(r, g)) + first; }, out, n, op);
   }
-  /// out = at(0) op at(1) op ... op at(p-1), elementwise over n.
+  /// out = at(0) op at(1) op ... op at(p-1), elementwise over n (an op that folds itself, such
+  /// as `op::reproducible_sum`, gets all p inputs at once).
   template <class T, class Ph, class At, class Op>
   static void reduce_from(Ph& ph, At at, T* out, std::size_t n, const Op& op) {
     const int p = ph.size();
     if (p == 1) return copy_out(out, reinterpret_cast<const std::byte*>(at(0)), n * sizeof(T));
+    if constexpr (std::is_same_v<Op, detail::erased_op> || detail::folds_itself<T, Op>) {
+      bool folds = true;
+      if constexpr (std::is_same_v<Op, detail::erased_op>) folds = op.fold != nullptr;
+      if (folds) {
+        constexpr int most = 64;
+        const T* small[most];
+        std::vector<const T*> large(p > most ? static_cast<std::size_t>(p) : 0);
+        const T** rows = p > most ? large.data() : small;
+        for (int r = 0; r < p; ++r) rows[r] = at(r);
+        if (detail::fold_itself(out, rows, p, n, op)) return;
+      }
+    }
     detail::combine(out, at(0), at(1), n, op);
     for (int r = 2; r < p; ++r) detail::combine(out, out, at(r), n, op);
   }

@@ -63,13 +63,32 @@ void communicator<Transport, Algorithm>::run_call(const A& a, const desc<T, Op>&
   static_assert(supports<A, C>,
                 "tutti: this algorithm has no schedule for this collective (the collective is named in the "
                 "instantiation above; see the table in README.md); use tutti::algo::automatic or one that has it");
-  static_assert(!(info(C).ordered && std::is_same_v<Op, op::avg>),
+  static_assert(!(info(C).ordered && std::is_same_v<detail::inner_op_t<Op>, op::avg>),
                 "tutti: scan and exscan reduce in rank order; op::avg (a sum divided by the group size) has no "
                 "meaning there: use op::sum and divide by rank() + 1 where you need a running mean");
   const auto busy = ordered(collective_name(C).data());
   const auto c = checked<C>(d);
-  if (!c.alone) run<C>(a, c.fp, c.basis, c.x);
-  if constexpr (info(C).reduces && std::is_same_v<Op, op::avg>) {
+  if constexpr (detail::rank_ordered_op<Op> && info(C).reduces && !info(C).ordered) {
+    using K = std::remove_cvref_t<decltype(c.x.op)>;
+    if (!c.alone) {
+      run_ordered<C>(a, c.fp, c.basis, c.x);
+    } else if constexpr (detail::folds_itself<T, K>) {
+      // One rank: its values are the multiset, folded as any other (reproducible_sum's -0.0 is
+      // +0.0 at every rank count).
+      const T* row = c.x.out.data();
+      K::fold(c.x.out.data(), &row, 1, c.x.out.size());
+    }
+  } else if constexpr (detail::rank_ordered_op<Op> && info(C).reduces) {
+    // scan, exscan: direct's chain is the serial left fold on every rank
+    using K = std::remove_cvref_t<decltype(c.x.op)>;
+    static_assert(std::is_same_v<K, op::ordered<detail::inner_op_t<K>>>,
+                  "tutti: scan and exscan take op::ordered<Op> (any op is in rank order there), not this op");
+    const algo::call_args<T, memory, detail::inner_op_t<K>> x{c.x.in, c.x.out, c.x.root, {}, {}, c.x.op.op};
+    if (!c.alone) run<C>(algo::direct{}, c.fp, c.basis, x);
+  } else {
+    if (!c.alone) run<C>(a, c.fp, c.basis, c.x);
+  }
+  if constexpr (info(C).reduces && std::is_same_v<detail::inner_op_t<Op>, op::avg>) {
     if (info(C).result != result_kind::reduce_to_root || d.root == rank()) finish(d.out, d.op);
   }
 }
@@ -378,7 +397,14 @@ void communicator<Transport, Algorithm>::fused_all_reduce(std::span<const view<T
   for (std::size_t i = 0; i < parts.size(); ++i) total += counts[i] = parts[i].size();
   auto fp = next_fp(collective::all_reduce, dtype_of<T>(), total, -1, op_traits<Op>::id());
   fp.shape = detail::counts_digest(counts);
-  if (size() > 1) {
+  if constexpr (detail::rank_ordered_op<Op>) {
+    // Folded elementwise in rank order: packed, run as one call, unpacked (the same bits).
+    if (size() > 1)
+      packed_run(parts, total, [&](view<T, memory> whole) {
+        run_ordered<collective::all_reduce>(
+            a0, fp, total * sizeof(T), algo::call_args<T, memory, decltype(kernel_op(op))>{whole, whole, -1, {}, {}, kernel_op(op)});
+      });
+  } else if (size() > 1) {
     const auto& a = [&]() -> const auto& {
       if constexpr (std::is_same_v<Algo, algo::inherit>) return algo_;
       else return a0;
@@ -461,19 +487,9 @@ void communicator<Transport, Algorithm>::fused_parts(const A& alg, fingerprint f
     if constexpr (requires { alg.all_reduce_parts(ch, parts, op); }) {
       if (alg.all_reduce_parts(ch, parts, op)) return;
     }
-    E* packed = reinterpret_cast<E*>(fused_scratch_.reserve(total * sizeof(E)));
-    std::size_t at = 0;
-    for (const auto& v : parts) {
-      detail::copy_bytes(t_, packed + at, v.data(), v.size_bytes());
-      at += v.size();
-    }
-    const view<E, memory> whole(packed, total);
-    schedule_call<collective::all_reduce>(alg, ch, algo::call_args<E, memory, Op>{whole, whole, -1, {}, {}, op});
-    at = 0;
-    for (const auto& v : parts) {
-      detail::copy_bytes(t_, v.data(), packed + at, v.size_bytes());
-      at += v.size();
-    }
+    packed_run(parts, total, [&](view<E, memory> whole) {
+      schedule_call<collective::all_reduce>(alg, ch, algo::call_args<E, memory, Op>{whole, whole, -1, {}, {}, op});
+    });
   });
 }
 

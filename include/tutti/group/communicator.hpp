@@ -550,6 +550,18 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   /// The schedule of `C` with the resolved algorithm (automatic: the one it chooses).
   template <collective C, class A, class X>
   void run(const A& a, fingerprint fp, std::size_t bytes, const X& x);
+  /// A call of a rank-ordered op (`detail::rank_ordered_op`: `op::ordered`,
+  /// `op::reproducible_sum`) of a reducing collective, after the checks (group/ordered_path.hpp):
+  /// every rank's values moved raw by `run_moving`, folded where they are reduced, in rank order.
+  template <collective C, class A, class T, class K>
+  void run_ordered(const A& a, fingerprint fp, std::size_t bytes, const algo::call_args<T, memory, K>& x);
+  /// `run<C>` of a collective that moves bytes, with `a` where it has `C` on the transport, else
+  /// with `algo::direct`.
+  template <collective C, class A, class X>
+  void run_moving(const A& a, fingerprint fp, std::size_t bytes, const X& x);
+  /// run_ordered's all_reduce and reduce gather whole buffers (one collective) while p·n is at
+  /// most this many bytes; above it, the blocks of a reduce-scatter.
+  static constexpr std::size_t ordered_gather_bytes = std::size_t{64} << 10;
   /// Runs a schedule of tutti's on erased elements (`detail::elem<S>`, `detail::erased_op`):
   /// compiled once per element size, not per element type and op. `candidate`: automatic's
   /// choice (ignored for a concrete algorithm).
@@ -697,6 +709,8 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   bool fuses_exactly() const {
     if constexpr (!std::is_same_v<memory, host_memory>)
       return false;  // the packed buffer is host memory
+    else if constexpr (detail::rank_ordered_op<Op>)
+      return true;  // folded elementwise in rank order, however the buffer is cut
     else if constexpr (std::is_same_v<Op, op::min> || std::is_same_v<Op, op::max> || std::is_same_v<Op, op::band> ||
                        std::is_same_v<Op, op::bor> || std::is_same_v<Op, op::bxor>)
       return true;
@@ -969,11 +983,13 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   template <class Op>
   static auto kernel_op(const Op& op) {
     if constexpr (std::is_same_v<Op, op::avg>) return op::sum{};
+    else if constexpr (std::is_same_v<Op, op::ordered<op::avg>>) return op::ordered<op::sum>{};
     else return op;
   }
   template <class T, class Op>
   void finish(view<T, memory> result, const Op&) {
-    if constexpr (std::is_same_v<Op, op::avg>) detail::divide_elements(t_, result.data(), result.size(), size());
+    if constexpr (std::is_same_v<detail::inner_op_t<Op>, op::avg>)
+      detail::divide_elements(t_, result.data(), result.size(), size());
   }
   template <class T>
   void copy(view<const T, memory> from, view<T, memory> to) {
@@ -1059,8 +1075,28 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
                                                     algo::automatic>::plan>
       plan_;
   mutable std::shared_ptr<const algo::automatic::plan> default_plan_;
+  /// `f(whole)` on `parts` packed side by side in a buffer kept between runs (no page faults,
+  /// nothing zeroed), then the parts unpacked from it: a fused all_reduce that no schedule runs
+  /// where the parts lie.
+  template <class E, class F>
+  void packed_run(std::span<const view<E, memory>> parts, std::size_t total, F&& f) {
+    E* packed = reinterpret_cast<E*>(fused_scratch_.reserve(total * sizeof(E)));
+    std::size_t at = 0;
+    for (const auto& v : parts) {
+      detail::copy_bytes(t_, packed + at, v.data(), v.size_bytes());
+      at += v.size();
+    }
+    f(view<E, memory>(packed, total));
+    at = 0;
+    for (const auto& v : parts) {
+      detail::copy_bytes(t_, v.data(), packed + at, v.size_bytes());
+      at += v.size();
+    }
+  }
+
   detail::scratch_pool scratch_;
   detail::scratch_buffer fused_scratch_;  // a fused run's packed buffer (engine thread only)
+  detail::scratch_buffer ordered_scratch_;  // run_ordered's rows of raw values
   detail::flight_recorder recorder_;
   std::shared_ptr<std::atomic<bool>> aborted_ = std::make_shared<std::atomic<bool>>(false);
   std::vector<std::size_t> offsets_a_, offsets_b_;  // the v-collectives' offsets, reused
@@ -1085,3 +1121,4 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
 }  // namespace tutti
 
 #include "tutti/group/call_path.hpp"
+#include "tutti/group/ordered_path.hpp"

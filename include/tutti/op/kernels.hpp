@@ -324,6 +324,41 @@ inline void combine(T* out, const T* a, const T* b, std::size_t n, const Op& op)
   }
 }
 
+/// out[i] = ((rows[0][i] ∘ rows[1][i]) ∘ rows[2][i]) ∘ … ∘ rows[k−1][i] for i < n: the serial
+/// left fold of `op::ordered`, in pieces that stay in cache. float16 and bfloat16 under a
+/// built-in op are widened to float, folded in float and rounded once (what a serial loop that
+/// accumulates in float gives); other types fold in `T` through `combine`. An op with a static
+/// `fold(out, rows, k, n)` (`op::reproducible_sum`) folds itself. `out` may be `rows[0]`; k >= 1.
+template <class T, class Op>
+void fold_rows(T* out, const T* const* rows, int k, std::size_t n, const Op& op) {
+  if constexpr (requires { Op::fold(out, rows, k, n); }) {
+    Op::fold(out, rows, k, n);
+  } else if constexpr ((std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>)&&op_traits<Op>::builtin) {
+    constexpr std::size_t piece = 1024;
+    float acc[piece];
+    for (std::size_t at = 0; at < n; at += piece) {
+      const std::size_t m = n - at < piece ? n - at : piece;
+      for (std::size_t i = 0; i < m; ++i) acc[i] = T::to_float(rows[0][at + i].bits);
+      for (int r = 1; r < k; ++r) {
+        const T* row = rows[r] + at;
+        for (std::size_t i = 0; i < m; ++i) acc[i] = op(acc[i], T::to_float(row[i].bits));
+      }
+      for (std::size_t i = 0; i < m; ++i) out[at + i].bits = T::from_float(acc[i]);
+    }
+  } else {
+    if (k == 1) {
+      if (out != rows[0]) std::memcpy(static_cast<void*>(out), rows[0], n * sizeof(T));
+      return;
+    }
+    constexpr std::size_t piece = sizeof(T) >= 16384 ? 1 : 16384 / sizeof(T);
+    for (std::size_t at = 0; at < n; at += piece) {
+      const std::size_t m = n - at < piece ? n - at : piece;
+      combine(out + at, rows[0] + at, rows[1] + at, m, op);
+      for (int r = 2; r < k; ++r) combine(out + at, out + at, rows[r] + at, m, op);
+    }
+  }
+}
+
 // ---- the erased form --------------------------------------------------------------------------
 // Element types and ops with the type taken out, so that a schedule is compiled once per element
 // size instead of once per element type and op. `elem<S>` is S opaque bytes; `erased_op` holds
@@ -338,23 +373,53 @@ struct elem {
   unsigned char bytes[S];
 };
 
+/// Whether `Op` folds k inputs itself (a static `fold(out, rows, k, n)`, as
+/// `op::reproducible_sum`): a schedule that reads all ranks' values at once (shared_memory's
+/// `reduce_from`) must then call it rather than combine them two at a time.
+template <class T, class Op>
+inline constexpr bool folds_itself = requires(T* out, const T* const* rows, int k, std::size_t n) { Op::fold(out, rows, k, n); };
+
 /// A reduce op with its element type taken out: `combine(out, a, b, n)` runs the typed kernel.
 struct erased_op {
   using combine_fn = void (*)(const void* op, void* out, const void* a, const void* b, std::size_t n);
+  using fold_fn = void (*)(void* out, const void* const* rows, int k, std::size_t n);
   combine_fn fn = nullptr;
   const void* op = nullptr;  ///< the user's op object (it may have state)
+  fold_fn fold = nullptr;    ///< the op's own k-way fold (`folds_itself`), or null
 };
 
-/// The typed kernel behind an erased op.
+/// The typed kernels behind an erased op.
 template <class T, class Op>
 void combine_typed(const void* op, void* out, const void* a, const void* b, std::size_t n) {
   combine(static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n, *static_cast<const Op*>(op));
+}
+template <class T, class Op>
+void fold_typed(void* out, const void* const* rows, int k, std::size_t n) {
+  Op::fold(static_cast<T*>(out), reinterpret_cast<const T* const*>(rows), k, n);
 }
 
 /// `op` on elements of type `T`, erased; `op` must outlive the erased op (the call).
 template <class T, class Op>
 erased_op erase_op(const Op& op) noexcept {
-  return {&combine_typed<T, Op>, &op};
+  if constexpr (folds_itself<T, Op>) return {&combine_typed<T, Op>, &op, &fold_typed<T, Op>};
+  else return {&combine_typed<T, Op>, &op, nullptr};
+}
+
+/// `Op::fold` where the op folds itself: true, having folded; false where it combines two at a
+/// time (the caller does).
+template <class T, class Op>
+inline bool fold_itself(T* out, const T* const* rows, int k, std::size_t n, const Op& op) {
+  if constexpr (std::is_same_v<Op, erased_op>) {
+    if (!op.fold) return false;
+    op.fold(out, reinterpret_cast<const void* const*>(rows), k, n);
+    return true;
+  } else if constexpr (folds_itself<T, Op>) {
+    Op::fold(out, rows, k, n);
+    return true;
+  } else {
+    (void)out, (void)rows, (void)k, (void)n, (void)op;
+    return false;
+  }
 }
 
 /// out[i] = op(a[i], b[i]) for i < n, through the erased op's typed kernel.

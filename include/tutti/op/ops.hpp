@@ -135,6 +135,58 @@ struct op_traits {
   }
 };
 
+namespace op {
+/// `Op` applied in rank order: every element's result is bitwise the serial left fold
+/// `((x0 ∘ x1) ∘ x2) ∘ … ∘ x(p−1)` over the ranks' values, whatever the algorithm, message size,
+/// chunking, transport or fusion (reduce, all_reduce, reduce_scatter and their v-forms; scan and
+/// exscan are in rank order for every op). Each rank's values are moved raw to where they are
+/// reduced, and reduced there in one fixed order; `Op` need be neither commutative nor
+/// associative. float16 and bfloat16 accumulate in float and round once, at the end, as
+/// `detail::fold_rows` says. `ordered<op::sum>` is the common case (`op::ordered_sum`).
+template <class Op>
+struct ordered {
+  static constexpr std::string_view name = "ordered";
+  Op op{};
+  template <class T>
+  constexpr T operator()(const T& a, const T& b) const {
+    return op(a, b);
+  }
+};
+using ordered_sum = ordered<sum>;
+}  // namespace op
+
+namespace detail {
+/// Whether `Op` is reduced by moving every rank's values raw to where they are reduced, in one
+/// fixed order (`op::ordered<Inner>`, or an op with a `rank_ordered` member that is true, such as
+/// `op::reproducible_sum`): the communicator runs such calls through `run_ordered`.
+template <class Op>
+struct ordered_of {
+  static constexpr bool value = requires { requires Op::rank_ordered; };
+  using inner = Op;
+};
+template <class Op>
+struct ordered_of<op::ordered<Op>> {
+  static constexpr bool value = true;
+  using inner = Op;
+};
+template <class Op>
+inline constexpr bool rank_ordered_op = ordered_of<Op>::value;
+/// The op an `ordered` op applies (`Op` itself for any other).
+template <class Op>
+using inner_op_t = typename ordered_of<Op>::inner;
+}  // namespace detail
+
+/// `op::ordered<Op>`: its own id (so a rank that passes `Op` plain and one that passes it
+/// ordered get a mismatch error), derived from `Op`'s.
+template <class Op>
+struct op_traits<op::ordered<Op>> {
+  static constexpr bool builtin = false;
+  static std::uint32_t id() noexcept {
+    return op_traits<Op>::builtin ? 0x100u + op_traits<Op>::id() : op_traits<Op>::id() ^ 0x40000000u;
+  }
+  static std::string_view name() noexcept { return "ordered"; }
+};
+
 /// A reduce op for element type `T`: a copyable function object callable as `T(T, T)`.
 /// The bitwise built-ins only apply to integral types.
 template <class Op, class T>

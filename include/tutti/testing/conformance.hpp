@@ -28,7 +28,9 @@
 ///    every rank, and a communicator used from two threads at once (testing/failures.hpp);
 /// 4. the non-blocking twins: the blocking results, 64 in flight, blocking calls ordered after
 ///    posted ones, `wait_all`/`wait_any`, and `mismatch_error` among pending operations that
-///    disagree (testing/nonblocking.hpp).
+///    disagree (testing/nonblocking.hpp);
+/// 5. reproducible reductions: `op::ordered` bitwise the serial fold in rank order with every
+///    algorithm, fused and unfused, and plain sums shown to differ (testing/ordered.hpp).
 ///
 /// A case that hangs ends the process with "tutti::testing: HANG: ..." on stderr: a transport
 /// that hangs fails loudly instead of stalling its test suite.
@@ -45,6 +47,7 @@
 #include "tutti/testing/failures.hpp"
 #include "tutti/testing/mismatch.hpp"
 #include "tutti/testing/nonblocking.hpp"
+#include "tutti/testing/ordered.hpp"
 #include "tutti/testing/outcomes.hpp"
 #include "tutti/testing/report.hpp"
 
@@ -62,6 +65,7 @@ struct options {
   bool mismatches = true;        ///< part 2
   bool failures = true;          ///< part 3
   bool nonblocking = true;       ///< part 4
+  bool ordered = true;           ///< part 5
   std::chrono::milliseconds deadline{5000};        ///< the timeout of the communicators in parts 2 and 3
   std::chrono::milliseconds silent_deadline{300};  ///< the timeout of the silent-peer case
   std::chrono::milliseconds abort_within{20};      ///< how soon abort() must release a blocked call
@@ -121,6 +125,16 @@ void check_nonblocking(Runner& run, report& rep) {
   check_nonblocking_mismatches(run, rep);
 }
 
+/// Part 5 (`o.large`: with the 1 and 16 MiB all_reduces).
+template <class Algorithms, class Runner>
+void check_reproducible(Runner& run, report& rep, const options& o = {}) {
+  auto body = [&](auto& comm, report& r) {
+    comm.set_timeout(std::chrono::seconds(120));
+    check_ordered<Algorithms>(comm, r, o.large);
+  };
+  run.each(body, rep, "reproducible reductions on " + std::to_string(run.size()) + " ranks");
+}
+
 /// The whole suite on one runner (one world size).
 template <class Algorithms = every_algorithm, class Runner>
 void check_transport(Runner& run, report& rep, const options& o = {}) {
@@ -128,6 +142,7 @@ void check_transport(Runner& run, report& rep, const options& o = {}) {
   if (o.mismatches) check_all_mismatches<Algorithms>(run, rep);
   if (o.failures) check_failures(run, rep, o);
   if (o.nonblocking) check_nonblocking(run, rep);
+  if (o.ordered) check_reproducible<Algorithms>(run, rep, o);
 }
 
 /// The whole suite with ranks as threads: `launch(n, body)` runs `body(comm)` on n threads,
@@ -147,7 +162,7 @@ report conformance_over_threads(Launch launch, const options& o = {},
   for (int n : failure_sizes) {
     auto run = make_thread_runner<Transport>(n, launch, o.deadline);
     options part = o;
-    part.results = false;
+    part.results = part.ordered = false;
     check_transport<Algorithms>(run, rep, part);
   }
   return rep;
