@@ -391,7 +391,7 @@ TEST_CASE_TEMPLATE("reproducible_reduce against its scalar definition", T, float
       CHECK(bad == 0);
       // in place: out is in[0]
       tutti::detail::reproducible_reduce(in[0].data(), ptr.data(), k, n);
-      CHECK(std::memcmp(in[0].data(), want.data(), n * sizeof(T)) == 0);
+      CHECK((n == 0 || std::memcmp(in[0].data(), want.data(), n * sizeof(T)) == 0));
     }
   }
 }

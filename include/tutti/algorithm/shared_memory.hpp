@@ -535,6 +535,11 @@ struct shared_memory {
     ph.wait_all(a);
     const auto mine = schedule::block(n, p, me);
     const std::size_t piece = std::max<std::size_t>(chunk_bytes / sizeof(T), 1);
+    // A peer's piece lands in staging buffer 0 (rank 0) or 1 (the others), each read just
+    // before its combine; an op that folds itself takes all pieces at once, so each peer's gets
+    // a place of its own in staging buffer 1.
+    const bool apart = detail::has_own_fold<T>(op);
+    std::byte* pieces = apart ? ph.staging(1, static_cast<std::size_t>(p) * piece * sizeof(T)) : nullptr;
     for (std::size_t at = mine.begin; at < mine.begin + mine.size(); at += piece) {
       const std::size_t m = std::min(piece, mine.begin + mine.size() - at);
       // In place, the first combine overwrites this rank's input: past rank 1, keep a copy.
@@ -542,6 +547,11 @@ struct shared_memory {
       if (me >= 2 && detail::overlaps(in, view<const T>(out))) own = reinterpret_cast<const T*>(ph.stage(2, own, m * sizeof(T)));
       reduce_from<T>(ph, [&](int r) {
         if (r == me) return own;
+        if (apart) {
+          std::byte* to = pieces + static_cast<std::size_t>(r) * piece * sizeof(T);
+          ph.copy_source(r, a, at * sizeof(T), m * sizeof(T), to);
+          return reinterpret_cast<const T*>(to);
+        }
         return reinterpret_cast<const T*>(ph.input(r, a, at * sizeof(T), m * sizeof(T), r == 0 ? 0 : 1));
       }, out.data() + at, m, op);
     }
@@ -719,6 +729,8 @@ struct shared_memory {
       else return false;
     }
     /// A copy of `bytes` at `p` in the transport's staging buffer `stage` (0..2).
+    /// The transport's staging buffer `stage` (0..2), at least `bytes` long.
+    std::byte* staging(int stage, std::size_t bytes) { return t_.staging(stage, bytes); }
     const std::byte* stage(int stage, const void* p, std::size_t bytes) {
       std::byte* s = t_.staging(stage, bytes);
       copy_in(s, p, bytes);
@@ -847,15 +859,14 @@ struct shared_memory {
     reduce_from<T>(ph, [&](int r) { return reinterpret_cast<const T*>(ph.slot(r, g)) + first; }, out, n, op);
   }
   /// out = at(0) op at(1) op ... op at(p-1), elementwise over n (an op that folds itself, such
-  /// as `op::reproducible_sum`, gets all p inputs at once).
+  /// as `op::reproducible_sum`, gets all p inputs at once: every at(r) must then stay valid
+  /// until the fold, not only until the next call of `at`).
   template <class T, class Ph, class At, class Op>
   static void reduce_from(Ph& ph, At at, T* out, std::size_t n, const Op& op) {
     const int p = ph.size();
     if (p == 1) return copy_out(out, reinterpret_cast<const std::byte*>(at(0)), n * sizeof(T));
     if constexpr (std::is_same_v<Op, detail::erased_op> || detail::folds_itself<T, Op>) {
-      bool folds = true;
-      if constexpr (std::is_same_v<Op, detail::erased_op>) folds = op.fold != nullptr;
-      if (folds) {
+      if (detail::has_own_fold<T>(op)) {
         constexpr int most = 64;
         const T* small[most];
         std::vector<const T*> large(p > most ? static_cast<std::size_t>(p) : 0);

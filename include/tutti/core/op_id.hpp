@@ -16,9 +16,20 @@ inline constexpr std::string_view builtin_op_names[] = {"none", "sum", "prod", "
                                                         "band", "bor", "bxor", "avg"};
 }  // namespace detail
 
+namespace detail {
+/// `op::ordered<Op>` of a built-in `Op` has the id 0x100 + Op's (ops.hpp).
+inline constexpr std::uint32_t ordered_op_base = 0x100;
+inline constexpr std::string_view ordered_op_names[] = {"ordered", "ordered<sum>", "ordered<prod>", "ordered<min>",
+                                                        "ordered<max>", "ordered<band>", "ordered<bor>",
+                                                        "ordered<bxor>", "ordered<avg>"};
+}  // namespace detail
+
 /// The op name of an id, or "user op" (for error messages).
 constexpr std::string_view op_name(std::uint32_t id) noexcept {
-  return id < std::size(detail::builtin_op_names) ? detail::builtin_op_names[id] : std::string_view("user op");
+  if (id < std::size(detail::builtin_op_names)) return detail::builtin_op_names[id];
+  if (id >= detail::ordered_op_base && id - detail::ordered_op_base < std::size(detail::ordered_op_names))
+    return detail::ordered_op_names[id - detail::ordered_op_base];
+  return "user op";
 }
 
 }  // namespace tutti

@@ -398,7 +398,16 @@ void communicator<Transport, Algorithm>::fused_all_reduce(std::span<const view<T
   auto fp = next_fp(collective::all_reduce, dtype_of<T>(), total, -1, op_traits<Op>::id());
   fp.shape = detail::counts_digest(counts);
   if constexpr (detail::rank_ordered_op<Op>) {
-    // Folded elementwise in rank order: packed, run as one call, unpacked (the same bits).
+    // Folded elementwise in rank order: packed, run as one call, unpacked (the same bits). One
+    // rank folds each part's own values, as an unfused call does.
+    using K = decltype(kernel_op(op));
+    if constexpr (detail::folds_itself<T, K>) {
+      if (size() == 1)
+        for (const auto& v : parts) {
+          const T* row = v.data();
+          K::fold(v.data(), &row, 1, v.size());
+        }
+    }
     if (size() > 1)
       packed_run(parts, total, [&](view<T, memory> whole) {
         run_ordered<collective::all_reduce>(

@@ -16,8 +16,9 @@
 ///   - reduce: the same, with a gather (small) or a gather_v of the folded blocks (large) to the
 ///     root;
 ///   - reduce_scatter(_v): an all_to_all(_v) of the blocks, folded by their owner;
-///   - two ranks and an op that commutes bitwise (sum, prod, avg: one combination per element,
-///     and IEEE addition and multiplication commute): the plain schedules, which are exact there;
+///   - two ranks and an op that commutes bitwise (sum, prod, avg of built-in arithmetic types:
+///     one combination per element, and IEEE addition and multiplication commute): the plain
+///     schedules, which are exact there;
 ///   - a transport with shared windows: `algo::shared_memory`'s schedules, which fold in rank
 ///     order where they read every rank's values (`folds_in_rank_order`).
 /// Each movement has a sequence number of its own (every rank takes the same ones), the call's
@@ -28,23 +29,27 @@
 
 #include <cstddef>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "tutti/algorithm/direct.hpp"
 #include "tutti/algorithm/shared_memory.hpp"
 #include "tutti/algorithm/schedule.hpp"
 #include "tutti/core/collective.hpp"
+#include "tutti/core/float16.hpp"
 #include "tutti/group/communicator.hpp"
 #include "tutti/op/kernels.hpp"
 
 namespace tutti {
 
 namespace detail {
-/// Ops for which any two-rank schedule already forms x0 ∘ x1 bitwise (one combination per element,
-/// commutative in IEEE arithmetic; NaN payloads aside).
-template <class Op>
+/// Ops for which any two-rank schedule already forms x0 ∘ x1 bitwise: one combination per
+/// element, and the built-in sum and product of built-in arithmetic types commute in IEEE
+/// arithmetic (NaN payloads aside). A user type's `+` need not commute.
+template <class Op, class T>
 inline constexpr bool commutes_bitwise =
-    std::is_same_v<Op, op::sum> || std::is_same_v<Op, op::prod> || std::is_same_v<Op, op::avg>;
+    (std::is_same_v<Op, op::sum> || std::is_same_v<Op, op::prod> || std::is_same_v<Op, op::avg>) &&
+    (std::is_arithmetic_v<T> || std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>);
 }  // namespace detail
 
 namespace detail {
@@ -62,7 +67,7 @@ void communicator<Transport, Algorithm>::run_ordered(const A& a, fingerprint fp,
   using inner = detail::inner_op_t<K>;
   const int p = size(), me = rank();
   const auto P = static_cast<std::size_t>(p);
-  if constexpr (detail::commutes_bitwise<inner>) {
+  if constexpr (detail::commutes_bitwise<inner, T>) {
     if (p == 2) {
       const algo::call_args<T, memory, inner> plain{x.in, x.out, x.root, x.counts, x.recv_counts, x.op.op};
       return run<C>(a, fp, bytes, plain);

@@ -405,6 +405,13 @@ erased_op erase_op(const Op& op) noexcept {
   else return {&combine_typed<T, Op>, &op, nullptr};
 }
 
+/// Whether `op` folds k inputs itself (for an erased op: whether its op did).
+template <class T, class Op>
+inline bool has_own_fold(const Op& op) noexcept {
+  if constexpr (std::is_same_v<Op, erased_op>) return op.fold != nullptr;
+  else return (void)op, folds_itself<T, Op>;
+}
+
 /// `Op::fold` where the op folds itself: true, having folded; false where it combines two at a
 /// time (the caller does).
 template <class T, class Op>

@@ -182,7 +182,7 @@ template <class Op>
 struct op_traits<op::ordered<Op>> {
   static constexpr bool builtin = false;
   static std::uint32_t id() noexcept {
-    return op_traits<Op>::builtin ? 0x100u + op_traits<Op>::id() : op_traits<Op>::id() ^ 0x40000000u;
+    return op_traits<Op>::builtin ? detail::ordered_op_base + op_traits<Op>::id() : op_traits<Op>::id() ^ 0x40000000u;
   }
   static std::string_view name() noexcept { return "ordered"; }
 };

@@ -46,6 +46,13 @@ struct leaky_sum {
   }
 };
 
+/// A user type whose `+` neither commutes nor associates (2a + b): op::ordered<op::sum> must
+/// fold it in rank order at every rank count, two ranks included.
+struct skew {
+  float v;
+  skew operator+(const skew& o) const { return {2 * v + o.v}; }
+};
+
 inline std::uint64_t mix(std::uint64_t x) noexcept {
   x ^= x >> 31;
   x *= 0x7fb5d329728ea185ull;
@@ -67,7 +74,8 @@ T value(int r, std::size_t i, std::uint64_t salt) {
   else if (kind < 50) v = unit * 0x1p100;
   else if (kind == 50) v = (h >> 20) & 1 ? -HUGE_VAL : HUGE_VAL;
   else v = std::ldexp(unit, static_cast<int>((h >> 13) % 81) - 40);
-  if constexpr (std::is_integral_v<T>) return static_cast<T>(static_cast<std::int64_t>(unit * 1000));
+  if constexpr (std::is_same_v<T, skew>) return skew{static_cast<float>(v)};
+  else if constexpr (std::is_integral_v<T>) return static_cast<T>(static_cast<std::int64_t>(unit * 1000));
   else if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>) return T(static_cast<float>(v));
   else return static_cast<T>(v);
 }
@@ -272,6 +280,22 @@ void check_ordered_fused(Comm& comm, report& rep) {
     const std::string d = difference(parts[k].data(), want.data(), want.size());
     rep.check(d.empty(), tag + ", part " + std::to_string(k), me, d);
   }
+  // op::reproducible_sum fused: each part the unfused call's bits (one rank included: -0.0 is
+  // +0.0 there too).
+  parts.clear();
+  r.clear();
+  for (std::size_t k = 0; k < 6; ++k) parts.push_back(values<float>(me, 1 + (k * 701) % 3000, 8000 + k));
+  auto unfused = parts;
+  for (auto& v : unfused) comm.all_reduce(view(v), op::reproducible_sum{});
+  {
+    auto batch = comm.fuse();
+    for (auto& v : parts) r.push_back(comm.iall_reduce(view(v), op::reproducible_sum{}));
+  }
+  wait_all(std::span<request>(r));
+  for (std::size_t k = 0; k < parts.size(); ++k) {
+    const std::string d = difference(parts[k].data(), unfused[k].data(), parts[k].size());
+    rep.check(d.empty(), "reproducible_sum, a fused batch on " + std::to_string(p) + " ranks, part " + std::to_string(k), me, d);
+  }
 }
 
 /// The negative control: at three ranks or more, plain `op::sum` on this data gives other bits
@@ -310,6 +334,7 @@ void check_ordered(Comm& comm, report& rep, bool large = true) {
     using A = decltype(a);
     for (std::size_t n : sizes) check_ordered_calls<A, float>(comm, rep, n, op::sum{});
     for (std::size_t n : sizes) check_reproducible_sums<A, float>(comm, rep, n);
+    check_ordered_calls<A, ordered_detail::skew, false>(comm, rep, 1001, op::sum{});
   });
   for (std::size_t n : sizes) check_reproducible_sums<algo::automatic, double>(comm, rep, n);
   for (std::size_t n : sizes) check_ordered_calls<algo::automatic, float>(comm, rep, n, ordered_detail::leaky_sum{});
@@ -328,6 +353,21 @@ void check_ordered(Comm& comm, report& rep, bool large = true) {
     for (std::size_t i = 0; i < n; ++i) want[i] = serial<float>(0, p, i, n, op::sum{});
     rep.check(same_bits(v.data(), want.data(), n), "ordered all_reduce of " + std::to_string(n * 4) + " bytes on " +
               std::to_string(p) + " ranks", me, difference(v.data(), want.data(), n));
+  }
+  if (large) {
+    // 4 MiB: over shm past the single-copy threshold, where peers' pieces are read into staging.
+    using namespace ordered_detail;
+    const std::size_t n = std::size_t{1} << 20;
+    const int me = comm.rank();
+    auto v = values<float>(me, n, 4242);
+    comm.all_reduce(view(v), op::reproducible_sum{});
+    std::vector<float> want(n), col(static_cast<std::size_t>(p));
+    for (std::size_t i = 0; i < n; ++i) {
+      for (int r = 0; r < p; ++r) col[static_cast<std::size_t>(r)] = value<float>(r, i, 4242);
+      want[i] = reproducible_sum(std::span<const float>(col));
+    }
+    rep.check(same_bits(v.data(), want.data(), n), "reproducible_sum all_reduce of 4 MiB on " + std::to_string(p) + " ranks",
+              me, difference(v.data(), want.data(), n));
   }
   check_ordered_fused(comm, rep);
   check_plain_sums_differ(comm, rep);
