@@ -728,9 +728,9 @@ struct shared_memory {
       if constexpr (window_sources<transport_type>) return t_.single_copy();
       else return false;
     }
-    /// A copy of `bytes` at `p` in the transport's staging buffer `stage` (0..2).
     /// The transport's staging buffer `stage` (0..2), at least `bytes` long.
     std::byte* staging(int stage, std::size_t bytes) { return t_.staging(stage, bytes); }
+    /// A copy of `bytes` at `p` in the transport's staging buffer `stage` (0..2).
     const std::byte* stage(int stage, const void* p, std::size_t bytes) {
       std::byte* s = t_.staging(stage, bytes);
       copy_in(s, p, bytes);
@@ -872,7 +872,7 @@ struct shared_memory {
         std::vector<const T*> large(p > most ? static_cast<std::size_t>(p) : 0);
         const T** rows = p > most ? large.data() : small;
         for (int r = 0; r < p; ++r) rows[r] = at(r);
-        if (detail::fold_itself(out, rows, p, n, op)) return;
+        return detail::fold_rows(out, rows, p, n, op);
       }
     }
     detail::combine(out, at(0), at(1), n, op);

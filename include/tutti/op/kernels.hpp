@@ -324,6 +324,12 @@ inline void combine(T* out, const T* a, const T* b, std::size_t n, const Op& op)
   }
 }
 
+/// Whether `Op` folds k inputs itself (a static `fold(out, rows, k, n)`, as
+/// `op::reproducible_sum`): a schedule that reads all ranks' values at once (shared_memory's
+/// `reduce_from`) must then call it rather than combine them two at a time.
+template <class T, class Op>
+inline constexpr bool folds_itself = requires(T* out, const T* const* rows, int k, std::size_t n) { Op::fold(out, rows, k, n); };
+
 /// out[i] = ((rows[0][i] ∘ rows[1][i]) ∘ rows[2][i]) ∘ … ∘ rows[k−1][i] for i < n: the serial
 /// left fold of `op::ordered`, in pieces that stay in cache. float16 and bfloat16 under a
 /// built-in op are widened to float, folded in float and rounded once (what a serial loop that
@@ -331,7 +337,7 @@ inline void combine(T* out, const T* a, const T* b, std::size_t n, const Op& op)
 /// `fold(out, rows, k, n)` (`op::reproducible_sum`) folds itself. `out` may be `rows[0]`; k >= 1.
 template <class T, class Op>
 void fold_rows(T* out, const T* const* rows, int k, std::size_t n, const Op& op) {
-  if constexpr (requires { Op::fold(out, rows, k, n); }) {
+  if constexpr (folds_itself<T, Op>) {
     Op::fold(out, rows, k, n);
   } else if constexpr ((std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>)&&op_traits<Op>::builtin) {
     constexpr std::size_t piece = 1024;
@@ -373,12 +379,6 @@ struct elem {
   unsigned char bytes[S];
 };
 
-/// Whether `Op` folds k inputs itself (a static `fold(out, rows, k, n)`, as
-/// `op::reproducible_sum`): a schedule that reads all ranks' values at once (shared_memory's
-/// `reduce_from`) must then call it rather than combine them two at a time.
-template <class T, class Op>
-inline constexpr bool folds_itself = requires(T* out, const T* const* rows, int k, std::size_t n) { Op::fold(out, rows, k, n); };
-
 /// A reduce op with its element type taken out: `combine(out, a, b, n)` runs the typed kernel.
 struct erased_op {
   using combine_fn = void (*)(const void* op, void* out, const void* a, const void* b, std::size_t n);
@@ -412,21 +412,10 @@ inline bool has_own_fold(const Op& op) noexcept {
   else return (void)op, folds_itself<T, Op>;
 }
 
-/// `Op::fold` where the op folds itself: true, having folded; false where it combines two at a
-/// time (the caller does).
-template <class T, class Op>
-inline bool fold_itself(T* out, const T* const* rows, int k, std::size_t n, const Op& op) {
-  if constexpr (std::is_same_v<Op, erased_op>) {
-    if (!op.fold) return false;
-    op.fold(out, reinterpret_cast<const void* const*>(rows), k, n);
-    return true;
-  } else if constexpr (folds_itself<T, Op>) {
-    Op::fold(out, rows, k, n);
-    return true;
-  } else {
-    (void)out, (void)rows, (void)k, (void)n, (void)op;
-    return false;
-  }
+/// The op's own fold (`has_own_fold`), through the erased op's typed kernel.
+template <class T>
+inline void fold_rows(T* out, const T* const* rows, int k, std::size_t n, const erased_op& op) {
+  op.fold(out, reinterpret_cast<const void* const*>(rows), k, n);
 }
 
 /// out[i] = op(a[i], b[i]) for i < n, through the erased op's typed kernel.
