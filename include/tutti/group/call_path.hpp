@@ -70,14 +70,8 @@ void communicator<Transport, Algorithm>::run_call(const A& a, const desc<T, Op>&
   const auto c = checked<C>(d);
   if constexpr (detail::rank_ordered_op<Op> && info(C).reduces && !info(C).ordered) {
     using K = std::remove_cvref_t<decltype(c.x.op)>;
-    if (!c.alone) {
-      run_ordered<C>(a, c.fp, c.basis, c.x);
-    } else if constexpr (detail::folds_itself<T, K>) {
-      // One rank: its values are the multiset, folded as any other (reproducible_sum's -0.0 is
-      // +0.0 at every rank count).
-      const T* row = c.x.out.data();
-      K::fold(c.x.out.data(), &row, 1, c.x.out.size());
-    }
+    if (!c.alone) run_ordered<C>(a, c.fp, c.basis, c.x);
+    else fold_alone<K>(c.x.out);
   } else if constexpr (detail::rank_ordered_op<Op> && info(C).reduces) {
     // scan, exscan: direct's chain is the serial left fold on every rank
     using K = std::remove_cvref_t<decltype(c.x.op)>;
@@ -401,13 +395,8 @@ void communicator<Transport, Algorithm>::fused_all_reduce(std::span<const view<T
     // Folded elementwise in rank order: packed, run as one call, unpacked (the same bits). One
     // rank folds each part's own values, as an unfused call does.
     using K = decltype(kernel_op(op));
-    if constexpr (detail::folds_itself<T, K>) {
-      if (size() == 1)
-        for (const auto& v : parts) {
-          const T* row = v.data();
-          K::fold(v.data(), &row, 1, v.size());
-        }
-    }
+    if (size() == 1)
+      for (const auto& v : parts) fold_alone<K>(v);
     if (size() > 1)
       packed_run(parts, total, [&](view<T, memory> whole) {
         run_ordered<collective::all_reduce>(

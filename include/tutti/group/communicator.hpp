@@ -559,6 +559,15 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   /// with `algo::direct`.
   template <collective C, class A, class X>
   void run_moving(const A& a, fingerprint fp, std::size_t bytes, const X& x);
+  /// One rank's call of a rank-ordered op `K`: its own values are the multiset, and an op that
+  /// folds itself folds them as any other (reproducible_sum's -0.0 is +0.0 at every rank count).
+  template <class K, class T>
+  static void fold_alone(view<T, memory> v) {
+    if constexpr (detail::folds_itself<T, K>) {
+      const T* row = v.data();
+      K::fold(v.data(), &row, 1, v.size());
+    }
+  }
   /// run_ordered's all_reduce and reduce gather whole buffers (one collective) while p·n is at
   /// most this many bytes; above it, the blocks of a reduce-scatter.
   static constexpr std::size_t ordered_gather_bytes = std::size_t{64} << 10;
