@@ -185,13 +185,19 @@ class hierarchy {
 
   // ---- collectives -------------------------------------------------------------------------
 
-  /// Every rank gets the reduction of every rank's `buf` in `buf`.
-  template <class T, class Op = op::sum>
-  void all_reduce(view<T> buf, const Op& op = {}) {
+  /// The reductions' refusal of rank-ordered ops, at compile time.
+  template <class Op>
+  static constexpr void refuse_rank_ordered() {
     static_assert(!detail::rank_ordered_op<Op>,
                   "tutti::hierarchy reduces inside each group before across them, not in rank order: a "
                   "rank-ordered op (op::ordered, op::reproducible_sum) runs on a flat communicator (the "
                   "hierarchy's world(), or a mesh's flatten())");
+  }
+
+  /// Every rank gets the reduction of every rank's `buf` in `buf`.
+  template <class T, class Op = op::sum>
+  void all_reduce(view<T> buf, const Op& op = {}) {
+    refuse_rank_ordered<Op>();
     if constexpr (std::is_same_v<Op, op::avg>) {
       all_reduce(buf, op::sum{});
       detail::divide_elements(world_.transport(), buf.data(), buf.size(), size());
@@ -241,10 +247,7 @@ class hierarchy {
   /// Root's `buf` gets the reduction of every rank's `buf`; the others' are left unchanged.
   template <class T, class Op = op::sum>
   void reduce(view<T> buf, int root, const Op& op = {}) {
-    static_assert(!detail::rank_ordered_op<Op>,
-                  "tutti::hierarchy reduces inside each group before across them, not in rank order: a "
-                  "rank-ordered op (op::ordered, op::reproducible_sum) runs on a flat communicator (the "
-                  "hierarchy's world(), or a mesh's flatten())");
+    refuse_rank_ordered<Op>();
     check_root(root, "reduce");
     if constexpr (std::is_same_v<Op, op::avg>) {
       reduce(buf, root, op::sum{});
@@ -339,10 +342,7 @@ class hierarchy {
   template <class In, class T, class Op = op::sum>
     requires std::same_as<std::remove_const_t<In>, T>
   void reduce_scatter(view<In> in, view<T> out, const Op& op = {}) {
-    static_assert(!detail::rank_ordered_op<Op>,
-                  "tutti::hierarchy reduces inside each group before across them, not in rank order: a "
-                  "rank-ordered op (op::ordered, op::reproducible_sum) runs on a flat communicator (the "
-                  "hierarchy's world(), or a mesh's flatten())");
+    refuse_rank_ordered<Op>();
     const std::size_t b = out.size(), p = size_t_size();
     check_size(in.size(), p * b, "reduce_scatter: in", "size() * out.size()");
     if constexpr (std::is_same_v<Op, op::avg>) {
