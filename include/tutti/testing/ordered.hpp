@@ -95,9 +95,7 @@ T serial(int first, int last, std::size_t i, std::uint64_t salt, const Op& op) {
     for (int r = first + 1; r < last; ++r) acc = op(acc, static_cast<float>(value<T>(r, i, salt)));
     return T(acc);
   } else {
-    T acc = value<T>(first, i, salt);
-    for (int r = first + 1; r < last; ++r) acc = op(acc, value<T>(r, i, salt));
-    return acc;
+    return fold<T>(last - first, op, [&](int r) { return value<T>(first + r, i, salt); });
   }
 }
 
