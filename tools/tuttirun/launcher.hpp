@@ -24,6 +24,7 @@
 
 #include "common.hpp"
 #include "failure.hpp"
+#include "hang_report.hpp"
 #include "job.hpp"
 #include "options.hpp"
 #include "output.hpp"
@@ -55,8 +56,10 @@ class launcher {
         child_sigpipe_(child_sigpipe), rdzv_(std::move(rdzv)) {}
 
   int run() {
+    make_flight_dir();
     const int code = run_attempts();
     if (rdzv_) rdzv_->finish();
+    remove_flight_dir();
     return code;
   }
 
@@ -367,6 +370,7 @@ class launcher {
 
   void start(rank_process& r, long long local_rank, int stdin_fd) {
     std::vector<std::string> env = rank_environment(o_, ident_, local_rank, attempt_);
+    if (!flight_dir_.empty()) env.push_back("TUTTI_FLIGHT_MAP=" + flight_dir_);
     std::vector<char*> envp;
     for (auto& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
@@ -473,6 +477,7 @@ class launcher {
     if (sig == SIGUSR1) {  // "where is everybody": the ranks print their flight recorders
       say("received SIGUSR1, forwarding it to the ranks");
       signal_ranks(SIGUSR1);
+      print_hang_report("received SIGUSR1");
       return;
     }
     if (sig == SIGINT && ++sigints_ >= 2) {
@@ -517,6 +522,7 @@ class launcher {
       failed_.push_back(static_cast<std::size_t>(r - ranks_.begin()));
       if (!failure_ && !interrupted_ && !remote_failure_ && !aborted_) {
         say(who + describe_exit(wstatus));
+        print_hang_report("rank " + std::to_string(r->rank) + " failed");  // before stopped ranks are killed
         first_failed_ = failed_.back();
         note_local_failure(rank_report(*r));
         fail(exit_code_of(wstatus));
@@ -698,6 +704,79 @@ class launcher {
     return "what is left in the process " + std::string(n == 1 ? "group of rank " : "groups of ranks ") + ranks;
   }
 
+  // --- the hang report (hang_report.hpp)
+
+  // The directory where the ranks' tutti say where their flight tables lie (TUTTI_FLIGHT_MAP).
+  // Without one (no /tmp), no report: the job runs as before.
+  void make_flight_dir() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/tuttirun-flight.XXXXXX";
+    if (::mkdtemp(pattern.data())) flight_dir_ = pattern;
+  }
+  void remove_flight_dir() {
+    if (flight_dir_.empty()) return;
+    if (DIR* d = ::opendir(flight_dir_.c_str())) {
+      while (dirent* e = ::readdir(d))
+        if (e->d_name[0] != '.') ::unlink((flight_dir_ + "/" + e->d_name).c_str());
+      ::closedir(d);
+    }
+    ::rmdir(flight_dir_.c_str());
+    flight_dir_.clear();
+  }
+
+  // What this node's ranks were doing, from their flight tables (live where the process is, as
+  // saved where it failed and exited), printed as one report to stderr.
+  void print_hang_report(const std::string& why) {
+    if (flight_dir_.empty()) return;
+    std::vector<flight_process> procs;
+    const std::vector<flight_map_entry> maps = read_flight_maps(flight_dir_);
+    for (const rank_process& r : ranks_) {
+      flight_process p;
+      p.job_rank = r.rank;
+      p.pid = r.pid;
+      p.status = r.stopped_by ? std::string("stopped by ") + signal_name(r.stopped_by)
+                 : r.running  ? "running"
+                 : r.exit_wstatus ? describe_exit(*r.exit_wstatus)
+                                  : "not started";
+      // The tutti process of the rank: the map written by a process with this job rank (the rank's
+      // own pid, or a process it runs under a wrapper such as valgrind).
+      const flight_map_entry* m = nullptr;
+      for (const flight_map_entry& e : maps)
+        if (e.job_rank == r.rank && (!m || e.pid == r.pid)) m = &e;
+      if (!m) {
+        p.source = "no tutti communicator seen in it";
+      } else if (!layout_matches(*m)) {
+        p.source = "its tutti's flight recorder differs from this tuttirun's";
+      } else {
+        std::string why_not;
+        flight_table_copy t = r.running ? read_live_table(*m, why_not) : nullptr;
+        if (t) {
+          p.source = "live";
+        } else if ((t = read_saved_table(flight_dir_, m->pid))) {
+          p.source = "saved when its call failed";
+        } else {
+          p.source = why_not.empty() ? "exited without saving its records" : why_not;
+        }
+        if (t) {
+          p.comms = flight_comms(t.get());
+          p.has_records = true;
+        }
+      }
+      procs.push_back(std::move(p));
+    }
+    const std::string text = titled_report("hang report (" + why + "): what each rank of node " +
+                                               std::to_string(o_.node_rank) + " was doing",
+                                           procs, tutti::detail::realtime_ns());
+    std::string out;
+    std::size_t at = 0;
+    while (at < text.size()) {
+      const std::size_t nl = text.find('\n', at);
+      out += "tuttirun: " + text.substr(at, nl - at) + "\n";
+      at = nl == std::string::npos ? text.size() : nl + 1;
+    }
+    write_all(STDERR_FILENO, out);
+  }
+
   // SIGUSR1 goes to the running ranks' process groups, so that their own children get it too.
   void signal_ranks(int sig) {
     sent_[sig] = true;
@@ -737,6 +816,7 @@ class launcher {
   // SIGTERM to the ranks after the first failure (--failure-grace), SIGKILL after SIGTERM (--grace),
   // the end of the wait for output once every rank has exited.
   std::optional<steady_clock::time_point> term_at_, kill_at_, drain_until_;
+  std::string flight_dir_;  // TUTTI_FLIGHT_MAP of the ranks (hang_report.hpp); empty: none
 };
 
 }  // namespace tuttirun

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "common.hpp"
+#include "hang_report.hpp"
 #include "job.hpp"
 #include "launcher.hpp"
 #include "options.hpp"
@@ -28,6 +29,7 @@ int main(int argc, char** argv) {
     write_all(STDERR_FILENO, "Try 'tuttirun --help' for more information.\n");
     return exit_usage;
   }
+  if (cmd.what == command_line::action::dump) return dump_job(cmd.opts.dump_dir);
   if (cmd.what != command_line::action::run) {
     write_all(STDOUT_FILENO, cmd.what == command_line::action::help ? help_text : version_text);
     return 0;

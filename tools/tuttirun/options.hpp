@@ -71,6 +71,14 @@ Options:
                       done with it; a node that is gone or late makes the
                       others exit with status 1, saying which (1-86400,
                       fractions allowed; default 300)
+  --dump[=DIR]        print the hang report of a running job on this node and
+                      exit: what each rank is doing, per communicator the
+                      oldest call some rank is in, who never entered it and
+                      why, and calls the ranks made differently. Without DIR,
+                      the job of the tuttirun running on this node; with DIR,
+                      ranks started by any launcher with TUTTI_FLIGHT_MAP=DIR
+                      (e.g. mpirun -x TUTTI_FLIGHT_MAP=DIR). tuttirun prints
+                      the same report itself when a rank fails and on SIGUSR1
   -h, --help          print this help and exit
   --version           print the version and exit
 
@@ -172,6 +180,7 @@ struct options {
   std::optional<int> rdzv_port;     // with nnodes > 1 and restarts: set by parse_args
   double rdzv_timeout_s = 300;
   std::vector<char*> program;  // argv of the ranks, null-terminated
+  std::string dump_dir;        // --dump=DIR (empty: the running tuttirun job of this node)
 };
 
 // Across nodes, restarts need node 0's tuttirun and the others to agree (the rendezvous).
@@ -204,7 +213,7 @@ inline constexpr std::string_view version_text = "tuttirun (tutti) " TUTTI_VERSI
 // What the command line asks for: to run the program with `opts`, or to print help_text
 // (-h, --help) or version_text (--version) and exit 0.
 struct command_line {
-  enum class action { run, help, version } what = action::run;
+  enum class action { run, help, version, dump } what = action::run;
   options opts;  // with action::run
 };
 
@@ -238,6 +247,13 @@ command_line::action apply_flag(options& o, std::string_view arg, Next&& next) {
   } else if (name == "--no-prefix") { no_value(); o.prefix = false; }
   else if (name == "--keep-going") { no_value(); o.keep_going = true; }
   else if (name == "--help") { no_value(); return command_line::action::help; }
+  else if (name == "--dump") {
+    if (inline_value) {
+      if (inline_value->empty()) throw usage_error("--dump=: empty directory");
+      o.dump_dir = std::string(*inline_value);
+    }
+    return command_line::action::dump;
+  }
   else if (name == "--version") { no_value(); return command_line::action::version; }
   else throw usage_error("unknown option '" + std::string(arg) + "'");
   return command_line::action::run;
@@ -262,6 +278,10 @@ inline command_line parse_args(int argc, char** argv) {
       if (i + 1 >= argc) throw usage_error(name + " needs a value");
       return argv[++i];
     });
+    if (what == command_line::action::dump) {
+      c.what = what;
+      return c;
+    }
     if (what != command_line::action::run) return {what, {}};
   }
   if (i >= argc) throw usage_error("no program to run");

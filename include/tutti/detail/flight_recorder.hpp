@@ -61,6 +61,19 @@ struct flight_slot {
 
 inline flight_slot flight_table[flight_slots];
 
+/// The table's layout, as a launcher that reads it from outside the process checks it (tuttirun's
+/// hang report): raised with any change to `flight_slot` or its parts.
+inline constexpr std::uint32_t flight_layout_version = 1;
+
+/// With `TUTTI_FLIGHT_MAP=dir` in the environment (tuttirun sets it), tells the launcher where
+/// this process's table lies, once: `dir/<pid>.map` holds one line, "tutti-flight <version>
+/// <address> <bytes> <job rank>" (the job rank from `RANK` or `TUTTI_RANK`, -1 without), so that
+/// it can read the table with `process_vm_readv` whether the process runs, hangs or is stopped.
+TUTTI_DECL void publish_flight_map() noexcept;
+/// With `TUTTI_FLIGHT_MAP=dir`: a copy of the whole table in `dir/<pid>.table`, made when a call
+/// fails, so the launcher's report still has this process's records after it has exited.
+TUTTI_DECL void save_flight_table() noexcept;
+
 TUTTI_DECL std::int64_t realtime_ns() noexcept;
 
 /// A line under construction, without allocation.
@@ -90,6 +103,12 @@ std::size_t flight_print_count();
 
 void install_flight_signal_handler();
 
+/// Where `flight_recorder::begin` put an operation's record, and when.
+struct flight_mark {
+  std::uint64_t index;
+  std::int64_t start_ns;
+};
+
 /// One communicator's slot; move-only. Without a free slot it records nothing.
 class flight_recorder {
  public:
@@ -103,12 +122,16 @@ class flight_recorder {
   /// without a slot).
   std::atomic<std::uint64_t>* waiting() noexcept { return slot_ ? &slot_->waiting : nullptr; }
 
-  /// Records the start of an operation at `now_ns` (`realtime_ns()`); returns its index for `end`.
-  std::uint64_t begin(const fingerprint& fp, std::string_view algorithm, std::int64_t now_ns) noexcept;
-  /// Marks record `i` done or failed at `now_ns`; a record already ended stays as it is.
-  void end(std::uint64_t i, bool ok, std::int64_t now_ns) noexcept;
+  /// Records the start of an operation now; returns its index for `end` and the time
+  /// (`realtime_ns()`, read without a slot too: the communicator's counters take it).
+  flight_mark begin(const fingerprint& fp, std::string_view algorithm) noexcept;
+  /// Marks record `i` done or failed now (a record already ended stays as it is); returns the time.
+  std::int64_t end(std::uint64_t i, bool ok) noexcept;
   /// Prints the last `max` records to stderr (a failure's default: `TUTTI_FLIGHT_RECORDER`).
   void print(const char* why, std::size_t max = flight_print_count()) const noexcept;
+  /// A call failed: prints the records (`print("failed")`) and saves the table for the launcher
+  /// (`save_flight_table`).
+  void failed() const noexcept;
   /// The last `max` records as print() writes them, for programs that log elsewhere.
   std::string text(std::size_t max = flight_capacity) const;
   bool active() const noexcept { return slot_ != nullptr; }

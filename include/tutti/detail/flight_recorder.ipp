@@ -2,7 +2,9 @@
 /// Definitions for tutti/detail/flight_recorder.hpp (see `TUTTI_DECL` in tutti/detail/attributes.hpp).
 #pragma once
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -147,6 +149,7 @@ TUTTI_DECL flight_recorder::flight_recorder(int rank, int size, std::uint64_t co
     }
   }
   install_flight_signal_handler();
+  publish_flight_map();
 }
 
 TUTTI_DECL flight_recorder& flight_recorder::operator=(flight_recorder&& o) noexcept {
@@ -157,33 +160,93 @@ TUTTI_DECL flight_recorder& flight_recorder::operator=(flight_recorder&& o) noex
   return *this;
 }
 
-TUTTI_DECL std::uint64_t flight_recorder::begin(const fingerprint& fp, std::string_view algorithm,
-                                                std::int64_t now_ns) noexcept {
-  if (!slot_) return 0;
+TUTTI_DECL flight_mark flight_recorder::begin(const fingerprint& fp, std::string_view algorithm) noexcept {
+  const std::int64_t now = realtime_ns();
+  if (!slot_) return {0, now};
   const std::uint64_t i = slot_->next.load(std::memory_order_relaxed);
   write(i, [&](flight_record& r) {
     r.fp = fp;
     const std::size_t n = std::min(algorithm.size(), sizeof r.algorithm - 1);
     std::memcpy(r.algorithm, algorithm.data(), n);
     r.algorithm[n] = '\0';
-    r.start_ns = now_ns;
+    r.start_ns = now;
     r.end_ns = 0;
     r.state = flight_state::running;
   });
   slot_->next.store(i + 1, std::memory_order_release);
-  return i;
+  return {i, now};
 }
 
-TUTTI_DECL void flight_recorder::end(std::uint64_t i, bool ok, std::int64_t now_ns) noexcept {
-  if (!slot_ || slot_->ring[i % flight_capacity].r.state != flight_state::running) return;
+TUTTI_DECL std::int64_t flight_recorder::end(std::uint64_t i, bool ok) noexcept {
+  const std::int64_t now = realtime_ns();
+  if (!slot_ || slot_->ring[i % flight_capacity].r.state != flight_state::running) return now;
   write(i, [&](flight_record& r) {
-    r.end_ns = now_ns;
+    r.end_ns = now;
     r.state = ok ? flight_state::done : flight_state::failed;
   });
+  return now;
 }
 
 TUTTI_COLD TUTTI_DECL void flight_recorder::print(const char* why, std::size_t max) const noexcept {
   if (slot_ && max) print_flight_slot(*slot_, max, STDERR_FILENO, why);
+}
+
+TUTTI_COLD TUTTI_DECL void flight_recorder::failed() const noexcept {
+  print("failed");
+  if (slot_) save_flight_table();
+}
+
+/// `TUTTI_FLIGHT_MAP`'s directory, or null.
+TUTTI_COLD TUTTI_DECL const char* flight_map_dir() noexcept {
+  static const char* dir = [] {
+    const char* d = std::getenv("TUTTI_FLIGHT_MAP");
+    return d && *d ? d : nullptr;
+  }();
+  return dir;
+}
+
+/// Writes `n` bytes to a new `dir/<pid><suffix>`, whole or not at all (a temporary renamed).
+TUTTI_COLD TUTTI_DECL void write_flight_file(const char* suffix, const void* data, std::size_t n) noexcept {
+  const char* dir = flight_map_dir();
+  if (!dir) return;
+  line_buffer path, tmp;
+  path.put(dir).put("/").num(static_cast<std::uint64_t>(::getpid())).put(suffix);
+  tmp.put(std::string_view(path.b, path.n)).put(".tmp");
+  path.b[path.n] = '\0';
+  tmp.b[tmp.n] = '\0';
+  const int fd = ::open(tmp.b, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  const char* p = static_cast<const char*>(data);
+  std::size_t done = 0;
+  while (done < n) {
+    const ssize_t k = ::write(fd, p + done, n - done);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) break;
+    done += static_cast<std::size_t>(k);
+  }
+  ::close(fd);
+  if (done == n) ::rename(tmp.b, path.b);
+  else ::unlink(tmp.b);
+}
+
+TUTTI_COLD TUTTI_DECL void publish_flight_map() noexcept {
+  static std::atomic<bool> done{false};
+  if (!flight_map_dir() || done.exchange(true)) return;
+  // Under Yama's ptrace_scope 1 only an ancestor may read this process's memory: a launcher
+  // run apart from the job (`tuttirun --dump=DIR` beside mpirun) may too, as Open MPI's CMA
+  // allows. Only for a process that asked for the report (TUTTI_FLIGHT_MAP).
+  ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+  const char* rank = std::getenv("RANK");
+  if (!rank || !*rank) rank = std::getenv("TUTTI_RANK");
+  line_buffer l;
+  l.put("tutti-flight ").num(flight_layout_version).put(" ")
+      .num(static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&flight_table[0]))).put(" ")
+      .num(sizeof flight_table).put(" ").put(rank && *rank ? std::string_view(rank) : std::string_view("-1")).put("\n");
+  write_flight_file(".map", l.b, l.n);
+}
+
+TUTTI_COLD TUTTI_DECL void save_flight_table() noexcept {
+  write_flight_file(".table", static_cast<const void*>(&flight_table[0]), sizeof flight_table);
 }
 
 TUTTI_COLD TUTTI_DECL std::string flight_recorder::text(std::size_t max) const {

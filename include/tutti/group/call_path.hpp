@@ -68,6 +68,8 @@ void communicator<Transport, Algorithm>::run_call(const A& a, const desc<T, Op>&
                 "meaning there: use op::sum and divide by rank() + 1 where you need a running mean");
   const auto busy = ordered(collective_name(C).data());
   const auto c = checked<C>(d);
+  if (c.alone) [[unlikely]]
+    record_alone(c.fp, d.in.size_bytes(), d.out.size_bytes());
   if constexpr (detail::rank_ordered_op<Op> && info(C).reduces && !info(C).ordered) {
     using K = std::remove_cvref_t<decltype(c.x.op)>;
     if (!c.alone) run_ordered<C>(a, c.fp, c.basis, c.x);
@@ -203,7 +205,6 @@ auto communicator<Transport, Algorithm>::checked(const desc<T, Op>& d) {
       const std::size_t k = std::min(d.in.size(), d.out.size());
       copy(d.in.subview(0, k), d.out.subview(0, k));
     }
-    record_alone(fp, std::max(d.in.size_bytes(), d.out.size_bytes()));
   }
   return c;
 }

@@ -159,6 +159,7 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
       observers_ = std::make_unique<detail::observers>();
       observers_->trace = true;
       observers_->trace_rank = t_.rank();
+      observers_->size = t_.size();
     }
   }
 
@@ -919,52 +920,36 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   };
 
   /// guarded(f), with the call in the flight recorder and the counters, and shown to the hooks
-  /// and the trace when they watch.
+  /// and the trace when they watch. The recorder reads the clock at both ends; the counters
+  /// take its times (`end_operation`, one call as the recorder's end was), and a call nothing
+  /// watches tests one pointer at each end.
   template <class F>
   void recorded(const channel<Transport>& ch, const op_label& l, F&& f) {
-    const std::int64_t t0 = detail::realtime_ns();
-    const auto i = recorder_.begin(ch.fp(), ch.algorithm(), t0);
-    std::unique_ptr<std::int64_t[]> waits_before;
-    if (observers_) [[unlikely]] waits_before = observe_start(ch, l, t0);
-    bool ended = false;
-    struct on_exit {  // the record of a call refused before it ran (an earlier failure)
-      detail::flight_recorder& r;
-      std::uint64_t i;
-      bool& ended;
-      ~on_exit() {
-        if (!ended) r.end(i, false, detail::realtime_ns());
-      }
-    } mark{recorder_, i, ended};
-    guarded(std::forward<F>(f), [&](const std::exception& e) {
-      ended = true;
-      finish_record(ch, l, i, t0, waits_before.get(), &e);
-    });
-    ended = true;
-    finish_record(ch, l, i, t0, waits_before.get(), nullptr);
+    const detail::flight_mark m = recorder_.begin(ch.fp(), ch.algorithm());
+    if (observers_) [[unlikely]] observe_start(ch, l, m.start_ns);
+    guarded(std::forward<F>(f), [&](const std::exception& e) { record_failure(ch, l, m, e); });
+    const std::int64_t end_ns = detail::end_operation(recorder_, counters_, m, l.kind, l.bytes, true);
+    if (observers_) [[unlikely]] observe_end(ch, l, m.start_ns, end_ns, nullptr);
   }
-  /// The end of `recorded`'s operation: the flight recorder, the counters, the hooks and trace.
-  void finish_record(const channel<Transport>& ch, const op_label& l, std::uint64_t i, std::int64_t t0,
-                     const std::int64_t* waits_before, const std::exception* e) {
-    const std::int64_t t1 = detail::realtime_ns();
-    recorder_.end(i, e == nullptr, t1);
-    counters_.add(l.kind, l.bytes, t1 - t0);
-    if (observers_) [[unlikely]] observe_end(ch, l, t0, t1, waits_before, e);
+  /// `recorded`'s operation failed with `e`: the record, the counters, the hooks and the trace.
+  TUTTI_COLD void record_failure(const channel<Transport>& ch, const op_label& l, const detail::flight_mark& m,
+                                 const std::exception& e) {
+    const std::int64_t end_ns = detail::end_operation(recorder_, counters_, m, l.kind, l.bytes, false);
+    if (observers_) observe_end(ch, l, m.start_ns, end_ns, &e);
   }
-  TUTTI_COLD std::unique_ptr<std::int64_t[]> observe_start(const channel<Transport>& ch, const op_label& l, std::int64_t t0) {
+  TUTTI_COLD void observe_start(const channel<Transport>& ch, const op_label& l, std::int64_t t0) {
     const op_event ev = event_of(ch, l, t0, 0, nullptr);
     if (observers_->start) detail::call_hook(observers_->start, ev);
-    if (!observers_->trace) return nullptr;
-    const auto n = size_t_size() + 1;
-    auto before = std::make_unique<std::int64_t[]>(n);
-    for (std::size_t k = 0; k < n; ++k) before[k] = counters_.waits()[k].load(std::memory_order_relaxed);
-    return before;
+    if (observers_->trace) observers_->push_waits(counters_.waits());
   }
   TUTTI_COLD void observe_end(const channel<Transport>& ch, const op_label& l, std::int64_t t0, std::int64_t t1,
-                              const std::int64_t* waits_before, const std::exception* e) {
+                              const std::exception* e) {
     const op_event ev = event_of(ch, l, t0, t1, e);
     if (const op_hook& h = e ? observers_->error : observers_->end) detail::call_hook(h, ev);
-    if (observers_->trace) detail::trace_event(*observers_, ev, waits_before, counters_.waits(), size());
-    if (e && observers_->trace) detail::trace_flush();
+    if (!observers_->trace) return;
+    const std::vector<std::int64_t> before = observers_->pop_waits();
+    detail::trace_event(*observers_, ev, before.empty() ? nullptr : before.data(), counters_.waits(), size());
+    if (e) detail::trace_flush();
   }
   op_event event_of(const channel<Transport>& ch, const op_label& l, std::int64_t t0, std::int64_t t1,
                     const std::exception* e) const {
@@ -983,8 +968,9 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
     return ev;
   }
   /// A one-rank call (a copy, made by `checked`): counted, and shown to the hooks and the trace
-  /// with the algorithm "alone".
-  void record_alone(const fingerprint& fp, std::size_t bytes) {
+  /// with the algorithm "alone". Cold, so that `checked` stays small enough to inline.
+  TUTTI_COLD void record_alone(const fingerprint& fp, std::size_t in_bytes, std::size_t out_bytes) {
+    const std::size_t bytes = std::max(in_bytes, out_bytes);
     counters_.add(detail::kind_of(fp.coll), bytes, 0);
     if (observers_) [[unlikely]] observe_alone(fp, bytes);
   }
@@ -992,8 +978,8 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
     const channel<Transport> ch = channel_for(fp, "alone");
     const op_label l{detail::kind_of(fp.coll), bytes};
     const std::int64_t t = detail::realtime_ns();
-    const auto before = observe_start(ch, l, t);
-    observe_end(ch, l, t, t, before.get(), nullptr);
+    observe_start(ch, l, t);
+    observe_end(ch, l, t, t, nullptr);
   }
   /// Sets one hook (`on_start`, `on_end`, `on_error`), after what was posted before.
   void set_hook(op_hook detail::observers::*which, op_hook f) {
@@ -1001,15 +987,20 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
     if (!observers_) observers_ = std::make_unique<detail::observers>();
     (*observers_).*which = std::move(f);
     observers_->context = context_;
+    observers_->size = size();
     if (observers_->empty()) observers_.reset();
   }
 
   /// Runs `f`; on a failure, marks the communicator broken and tells the peers (unless a usage
-  /// error did already), calls `on_failure` and prints the flight recorder.
+  /// error did already), calls `on_failure` and prints the flight recorder. A communicator
+  /// broken before raises `errc::aborted` without running `f` (`on_failure` is told too).
   template <class F, class G = void (*)(const std::exception&)>
   void guarded(F&& f, G&& on_failure = [](const std::exception&) {}) {
-    if (!broken_.empty()) [[unlikely]]
-      throw error(errc::aborted, "communicator unusable after an earlier failure: " + broken_);
+    if (!broken_.empty()) [[unlikely]] {
+      const error e(errc::aborted, "communicator unusable after an earlier failure: " + broken_);
+      on_failure(e);
+      throw e;
+    }
     try {
       if (aborted())
         throw error(errc::aborted, "rank " + std::to_string(rank()) +
@@ -1018,7 +1009,7 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
     } catch (const std::exception& e) {
       if (broken_.empty()) break_with(e);
       on_failure(e);
-      recorder_.print("failed");
+      recorder_.failed();
       throw;
     }
   }
@@ -1168,6 +1159,8 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
     if (observers_) {  // the group starts with this communicator's hooks, and traces as its rank
       c.observers_ = std::make_unique<detail::observers>(*observers_);
       c.observers_->context = context;
+      c.observers_->size = c.size();
+      c.observers_->waits_at_start.clear();
     }
     return c;
   }

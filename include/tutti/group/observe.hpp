@@ -26,6 +26,7 @@
 #include "tutti/detail/attributes.hpp"
 #include "tutti/core/collective.hpp"
 #include "tutti/core/fingerprint.hpp"
+#include "tutti/detail/flight_recorder.hpp"
 
 namespace tutti {
 
@@ -96,9 +97,10 @@ class op_counters {
  public:
   explicit op_counters(int size) : s_(std::make_unique<state>(size)) {}
   void add(std::size_t kind, std::size_t bytes, std::int64_t ns) noexcept {
-    bump(s_->calls[kind], 1);
-    bump(s_->bytes[kind], bytes);
-    bump(s_->ns[kind], static_cast<std::uint64_t>(ns > 0 ? ns : 0));
+    totals& t = s_->kinds[kind];
+    bump(t.calls, 1);
+    bump(t.bytes, bytes);
+    bump(t.ns, static_cast<std::uint64_t>(ns));  // CLOCK_REALTIME stepping back: summed as it came
   }
   /// What `wait_context::waited_ns` points to: index 0 for no peer in particular, 1 + peer.
   std::atomic<std::int64_t>* waits() noexcept { return s_->waited.get(); }
@@ -110,15 +112,24 @@ class op_counters {
   static void bump(std::atomic<std::uint64_t>& a, std::uint64_t by) noexcept {
     a.store(a.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
   }
+  struct totals {
+    std::atomic<std::uint64_t> calls{0}, bytes{0}, ns{0};
+  };
   struct state {  // on the heap: the communicator moves, the waits' pointer stays
     explicit state(int n)
         : waited(std::make_unique<std::atomic<std::int64_t>[]>(static_cast<std::size_t>(n) + 1)), size(n) {}
-    std::array<std::atomic<std::uint64_t>, op_kinds> calls{}, bytes{}, ns{};
+    std::array<totals, op_kinds> kinds{};
     std::unique_ptr<std::atomic<std::int64_t>[]> waited;
     int size;
   };
   std::unique_ptr<state> s_;
 };
+
+/// The end of an operation begun at `m`: its record marked done or failed, and its count.
+/// Returns the time. One call, out of line, as the recorder's end alone was before: the call
+/// path around it stays as small (and as inlined) as without the counters.
+TUTTI_DECL std::int64_t end_operation(flight_recorder& r, op_counters& c, const flight_mark& m, std::size_t kind,
+                                      std::size_t bytes, bool ok) noexcept;
 
 /// What is watching a communicator besides its counters: the user's hooks and the trace. Null
 /// in the communicator while nothing is (the one test a call makes).
@@ -128,6 +139,21 @@ struct observers {
   int trace_rank = 0;       ///< the job rank the trace files this communicator's events under
   std::uint64_t context = 0;
   bool empty() const noexcept { return !start && !end && !error && !trace; }
+  /// The trace's snapshots of the per-peer waits (1 + size entries) when each operation in
+  /// progress began, innermost last (a call may run another: new_group's all_gather).
+  std::vector<std::vector<std::int64_t>> waits_at_start;
+  int size = 0;
+  void push_waits(const std::atomic<std::int64_t>* waits) {
+    std::vector<std::int64_t> w(static_cast<std::size_t>(size) + 1);
+    for (std::size_t k = 0; k < w.size(); ++k) w[k] = waits[k].load(std::memory_order_relaxed);
+    waits_at_start.push_back(std::move(w));
+  }
+  std::vector<std::int64_t> pop_waits() {
+    if (waits_at_start.empty()) return {};
+    std::vector<std::int64_t> w = std::move(waits_at_start.back());
+    waits_at_start.pop_back();
+    return w;
+  }
 };
 
 /// Calls `h(e)`, reporting on stderr (once per process) an exception it throws.

@@ -70,8 +70,8 @@ TUTTI_DECL std::string_view kind_name(std::size_t kind) noexcept {
 
 TUTTI_DECL bool op_counters::active() const noexcept {
   if (!s_) return false;  // moved from
-  for (const auto& c : s_->calls)
-    if (c.load(std::memory_order_relaxed)) return true;
+  for (const totals& t : s_->kinds)
+    if (t.calls.load(std::memory_order_relaxed)) return true;
   return false;
 }
 
@@ -83,10 +83,11 @@ TUTTI_DECL comm_stats op_counters::snapshot(int rank, std::uint64_t context) con
   s.size = st.size;
   s.context = context;
   for (std::size_t k = 0; k < op_kinds; ++k) {
-    const std::uint64_t calls = st.calls[k].load(std::memory_order_relaxed);
+    const totals& t = st.kinds[k];
+    const std::uint64_t calls = t.calls.load(std::memory_order_relaxed);
     if (calls == 0) continue;
-    s.ops.push_back({kind_name(k), calls, st.bytes[k].load(std::memory_order_relaxed),
-                     std::chrono::nanoseconds(static_cast<std::int64_t>(st.ns[k].load(std::memory_order_relaxed)))});
+    s.ops.push_back({kind_name(k), calls, t.bytes.load(std::memory_order_relaxed),
+                     std::chrono::nanoseconds(static_cast<std::int64_t>(t.ns.load(std::memory_order_relaxed)))});
   }
   s.waited_for_all = std::chrono::nanoseconds(st.waited[0].load(std::memory_order_relaxed));
   s.waited.resize(static_cast<std::size_t>(st.size));
@@ -100,6 +101,13 @@ TUTTI_DECL comm_stats op_counters::snapshot(int rank, std::uint64_t context) con
     }
   }
   return s;
+}
+
+TUTTI_DECL std::int64_t end_operation(flight_recorder& r, op_counters& c, const flight_mark& m, std::size_t kind,
+                                      std::size_t bytes, bool ok) noexcept {
+  const std::int64_t now = r.end(m.index, ok);
+  c.add(kind, bytes, now - m.start_ns);
+  return now;
 }
 
 TUTTI_COLD TUTTI_DECL void call_hook(const op_hook& h, const op_event& e) noexcept {

@@ -1,0 +1,36 @@
+// A job that hangs or fails on purpose, for tuttirun's hang report (tests/multiproc/hang.sh):
+//   late  : rank 2 sleeps 60 s before the third all_reduce; the others time out waiting for it
+//   stop  : rank 2 stops itself (SIGSTOP) before it
+//   count : rank 2 passes another count to it
+// Every rank first runs two all_reduces and a barrier. Built over shm (tutti_hang_shm) and tcp
+// (tutti_hang_tcp, TUTTI_HANG_TCP).
+#include <signal.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <tutti/tutti.hpp>
+#include <vector>
+
+#ifdef TUTTI_HANG_TCP
+#include <tutti/transport/tcp.hpp>
+using transport = tutti::tcp;
+#else
+using transport = tutti::shm;
+#endif
+
+int main(int argc, char** argv) {
+  const char* mode = argc > 1 ? argv[1] : "late";
+  auto comm = tutti::communicator<transport>::from_env();
+  std::vector<float> v(1000, 1.0f);
+  comm.all_reduce(tutti::view(v));
+  comm.all_reduce(tutti::view(v));
+  comm.barrier();
+  if (comm.rank() == 2) {
+    if (std::strcmp(mode, "late") == 0) std::this_thread::sleep_for(std::chrono::seconds(60));
+    if (std::strcmp(mode, "stop") == 0) ::raise(SIGSTOP);
+    if (std::strcmp(mode, "count") == 0) v.resize(999);
+  }
+  comm.all_reduce(tutti::view(v));
+  return 0;
+}
