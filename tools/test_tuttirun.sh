@@ -570,13 +570,23 @@ t=$((1733280000000000 + RANK))
   echo '{"traceEvents":['
   echo "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":$RANK,\"tid\":0,\"args\":{\"name\":\"rank $RANK\"}},"
   echo "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":$RANK,\"tid\":1,\"args\":{\"name\":\"communicator 0\"}},"
-  if [ "$RANK" = 2 ]; then printf '{"name":"all_reduce","cat":"coll'; exit 0; fi
-  echo "{\"name\":\"all_reduce\",\"cat\":\"collective\",\"ph\":\"X\",\"pid\":$RANK,\"tid\":1,\"ts\":$t.250,\"dur\":10.5,\"args\":{\"seq\":0,\"error\":\"a \\\"ts\\\":1 in a string\"}},"
-  echo "{\"name\":\"barrier\",\"cat\":\"collective\",\"ph\":\"X\",\"pid\":$RANK,\"tid\":1,\"ts\":$((t + 10)).750,\"dur\":2,\"args\":{\"seq\":1}}"
-  echo ']}'
-} >"$f"
-[ "$RANK" = 1 ] && exit 3
-exit 0
+  if [ "$RANK" = 2 ]; then
+    printf '{"name":"all_reduce","cat":"coll'
+  else
+    echo "{\"name\":\"all_reduce\",\"cat\":\"collective\",\"ph\":\"X\",\"pid\":$RANK,\"tid\":1,\"ts\":$t.250,\"dur\":10.5,\"args\":{\"seq\":0,\"error\":\"a \\\"ts\\\":1 in a string\"}},"
+    echo "{\"name\":\"barrier\",\"cat\":\"collective\",\"ph\":\"X\",\"pid\":$RANK,\"tid\":1,\"ts\":$((t + 10)).750,\"dur\":2,\"args\":{\"seq\":1}}"
+    echo ']}'
+  fi
+} >"$f.tmp"
+mv "$f.tmp" "$f"
+# Rank 1 fails once every rank's file is there (tuttirun then stops the others at once).
+if [ "$RANK" = 1 ]; then
+  i=0
+  while [ "$(ls "$TUTTI_TRACE" | grep -c "^tutti-trace-$(uname -n)-[0-9]*\.json$")" -lt 3 ] && [ $i -lt 200 ]; do
+    sleep 0.05; i=$((i + 1))
+  done
+  exit 3
+fi
 RANK
   TUTTI_TRACE=$dir run --nproc-per-node=3 --failure-grace=0 sh "$work/rank.sh"
   expect_rc 3
@@ -594,6 +604,7 @@ RANK
   [[ $(jq -r '.displayTimeUnit' "$dir/trace.json") == ms ]] || bad "no displayTimeUnit ms"
   local problems=$(trace_order_problems "$dir/trace.json")
   [[ -z $problems ]] || bad "trace.json: $problems"
+  plot_trace "$dir/trace.json"
   # Ranks that write nothing: a line that says so, and no trace.json (the one before is removed).
   rm -f "$dir"/tutti-trace-*
   TUTTI_TRACE=$dir run --nproc-per-node=2 true
@@ -646,15 +657,44 @@ case_trace_demo() {
   local problems=$(trace_order_problems "$t")
   [[ -z $problems ]] || bad "trace.json: $(head -n 5 <<<"$problems")"
   expect_no_match "$err" 'warning'
-  # The picture.
-  local plot=$(dirname "$0")/trace-plot.sh
+  plot_trace "$t"
+}
+
+# tools/trace-plot.sh, next to this script, draws trace $1 into $work/trace.png (not tried without
+# gnuplot, saying so).
+plot=$(cd "$(dirname "$0")" && pwd)/trace-plot.sh
+plot_trace() {
+  rm -f "$work/trace.png"
   if ! command -v gnuplot >/dev/null; then
     echo "    (no gnuplot: tools/trace-plot.sh not tried)"
-  elif ! bash "$plot" "$t" "$work/trace.png" >"$work/plot.out" 2>&1; then
+  elif ! bash "$plot" "$1" "$work/trace.png" >"$work/plot.out" 2>&1; then
     bad "trace-plot.sh failed: $(cat "$work/plot.out")"
   else
     [[ -s $work/trace.png ]] || bad "trace-plot.sh wrote no $work/trace.png"
   fi
+}
+
+case_trace_plot_refuses() {
+  # A missing file, an empty one, one without operations, a wrong command line: status 1 (2 for
+  # the command line) and a message, no picture.
+  : >"$work/empty.json"
+  printf '%s\n' '{"traceEvents":[' '{"name":"process_name","ph":"M","pid":0,"tid":0,"args":{"name":"rank 0"}}' \
+    '],"displayTimeUnit":"ms"}' >"$work/meta.json"
+  local f want
+  for f in "missing.json:no such file: $work/missing.json" "empty.json:$work/empty.json is empty" \
+    "meta.json:no operations (\"ph\":\"X\" events) in $work/meta.json: nothing to draw"; do
+    want=${f#*:}
+    f=${f%%:*}
+    bash "$plot" "$work/$f" "$work/out.png" >"$out" 2>"$err"
+    rc=$?
+    expect_rc 1
+    expect_line "$err" "trace-plot.sh: $want"
+    [[ -e $work/out.png ]] && bad "a picture of $f"
+  done
+  bash "$plot" "$work/meta.json" >"$out" 2>"$err"
+  rc=$?
+  expect_rc 2
+  expect_line "$err" "usage: trace-plot.sh trace.json out.png"
 }
 
 # --- driver -------------------------------------------------------------------------------------
