@@ -16,6 +16,8 @@
 #include <charconv>
 #include <cstddef>
 #include <cstdlib>
+#include <cstring>
+#include <exception>
 #include <optional>
 #include <set>
 #include <string>
@@ -445,7 +447,7 @@ inline std::optional<std::string> read_file(const std::string& path) {
 // Once the job is over (node 0): every rank's file in the directory, from every host, merged
 // into dir/trace.json (written whole, then renamed into place), with one line on stderr that
 // says what it holds. Problems are warnings: the job's exit status is not the trace's.
-inline void write_merged_trace(const std::string& dir) {
+inline void write_merged_trace_or_throw(const std::string& dir) {
   std::vector<trace_input> inputs;
   for (const std::string& name : list_rank_traces(dir, std::nullopt)) {
     const std::string path = trace_path(dir, name);
@@ -477,6 +479,14 @@ inline void write_merged_trace(const std::string& dir) {
   }
   say("trace of " + std::to_string(m.ranks) + (m.ranks == 1 ? " rank (" : " ranks (") + std::to_string(m.events) +
       (m.events == 1 ? " event) in " : " events) in ") + out);
+}
+
+inline void write_merged_trace(const std::string& dir) {
+  try {
+    write_merged_trace_or_throw(dir);
+  } catch (const std::exception& e) {  // out of memory, say: the job's status stands
+    say(std::string("warning: no trace: ") + e.what());
+  }
 }
 
 }  // namespace tuttirun
