@@ -656,7 +656,7 @@ case_trace_demo() {
   expect_line "$err" "tuttirun: trace of 4 ranks ($events events) in $t"
   local problems=$(trace_order_problems "$t")
   [[ -z $problems ]] || bad "trace.json: $(head -n 5 <<<"$problems")"
-  expect_no_match "$err" 'warning'
+  expect_no_match "$err" '^tuttirun: warning'
   plot_trace "$t"
 }
 
