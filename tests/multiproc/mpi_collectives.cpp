@@ -17,6 +17,7 @@
 
 #include "../support/job_world.hpp"
 #include "../support/collective_checks.hpp"
+#include "../support/observe_checks.hpp"
 #include "../support/outcomes.hpp"
 
 using namespace tutti;
@@ -288,6 +289,10 @@ TEST_CASE("over mpi: from_env checks the launcher's variables against MPI") {
     CHECK(t.size() == p);
   }
   comm.barrier();
+}
+
+TEST_CASE("over mpi: hooks see every operation and stats count calls and bytes and waits per peer") {
+  check_observe(world());
 }
 
 TEST_SUITE_END();

@@ -8,6 +8,7 @@
 
 #include "../support/job_world.hpp"
 #include "../support/collective_checks.hpp"
+#include "../support/observe_checks.hpp"
 
 using namespace tutti;
 using namespace tutti::test;
@@ -174,6 +175,10 @@ TEST_CASE("over shm: block collectives with large blocks, read from their owners
     comm.all_to_all(view<const float>(in, blk * P), view(t), a);
     expect_equal(t, twant, "all_to_all, large blocks");
   }
+}
+
+TEST_CASE("over shm: hooks see every operation and stats count calls and bytes and waits per peer") {
+  check_observe(world());
 }
 
 TEST_SUITE_END();

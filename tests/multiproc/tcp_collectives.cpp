@@ -9,6 +9,7 @@
 
 #include "../support/job_world.hpp"
 #include "../support/collective_checks.hpp"
+#include "../support/observe_checks.hpp"
 
 using namespace tutti;
 using namespace tutti::test;
@@ -104,6 +105,10 @@ TEST_CASE("over tcp: send and recv") {
     CHECK(data[999999] == me + 999999);
   }
   comm.barrier();
+}
+
+TEST_CASE("over tcp: hooks see every operation and stats count calls and bytes and waits per peer") {
+  check_observe(world());
 }
 
 TEST_SUITE_END();

@@ -36,10 +36,12 @@ class channel {
   template <class T>
   using view_type = view<T, memory>;
 
-  /// `aborted`: the communicator's abort flag, which every wait of this call checks (may be null).
+  /// `aborted`: the communicator's abort flag, which every wait of this call checks (may be null);
+  /// `waited_ns`: where its waits add up how long they lasted (`wait_context`; may be null).
   channel(Transport& t, const fingerprint& fp, std::string_view algorithm, std::chrono::milliseconds timeout,
-          detail::scratch_pool& scratch, const std::atomic<bool>* aborted = nullptr)
-      : t_(t), fp_(fp), wait_{timeout, algorithm, aborted}, scratch_(scratch) {}
+          detail::scratch_pool& scratch, const std::atomic<bool>* aborted = nullptr,
+          std::atomic<std::int64_t>* waited_ns = nullptr)
+      : t_(t), fp_(fp), wait_{timeout, algorithm, aborted, waited_ns}, scratch_(scratch) {}
 
   int rank() const { return t_.rank(); }
   int size() const { return t_.size(); }

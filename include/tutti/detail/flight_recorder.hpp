@@ -103,10 +103,10 @@ class flight_recorder {
   /// without a slot).
   std::atomic<std::uint64_t>* waiting() noexcept { return slot_ ? &slot_->waiting : nullptr; }
 
-  /// Records the start of an operation; returns its index for `end`.
-  std::uint64_t begin(const fingerprint& fp, std::string_view algorithm) noexcept;
-  /// Marks record `i` done or failed; a record already ended stays as it is.
-  void end(std::uint64_t i, bool ok) noexcept;
+  /// Records the start of an operation at `now_ns` (`realtime_ns()`); returns its index for `end`.
+  std::uint64_t begin(const fingerprint& fp, std::string_view algorithm, std::int64_t now_ns) noexcept;
+  /// Marks record `i` done or failed at `now_ns`; a record already ended stays as it is.
+  void end(std::uint64_t i, bool ok, std::int64_t now_ns) noexcept;
   /// Prints the last `max` records to stderr (a failure's default: `TUTTI_FLIGHT_RECORDER`).
   void print(const char* why, std::size_t max = flight_print_count()) const noexcept;
   /// The last `max` records as print() writes them, for programs that log elsewhere.

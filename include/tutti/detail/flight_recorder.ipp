@@ -157,7 +157,8 @@ TUTTI_DECL flight_recorder& flight_recorder::operator=(flight_recorder&& o) noex
   return *this;
 }
 
-TUTTI_DECL std::uint64_t flight_recorder::begin(const fingerprint& fp, std::string_view algorithm) noexcept {
+TUTTI_DECL std::uint64_t flight_recorder::begin(const fingerprint& fp, std::string_view algorithm,
+                                                std::int64_t now_ns) noexcept {
   if (!slot_) return 0;
   const std::uint64_t i = slot_->next.load(std::memory_order_relaxed);
   write(i, [&](flight_record& r) {
@@ -165,7 +166,7 @@ TUTTI_DECL std::uint64_t flight_recorder::begin(const fingerprint& fp, std::stri
     const std::size_t n = std::min(algorithm.size(), sizeof r.algorithm - 1);
     std::memcpy(r.algorithm, algorithm.data(), n);
     r.algorithm[n] = '\0';
-    r.start_ns = realtime_ns();
+    r.start_ns = now_ns;
     r.end_ns = 0;
     r.state = flight_state::running;
   });
@@ -173,10 +174,10 @@ TUTTI_DECL std::uint64_t flight_recorder::begin(const fingerprint& fp, std::stri
   return i;
 }
 
-TUTTI_DECL void flight_recorder::end(std::uint64_t i, bool ok) noexcept {
+TUTTI_DECL void flight_recorder::end(std::uint64_t i, bool ok, std::int64_t now_ns) noexcept {
   if (!slot_ || slot_->ring[i % flight_capacity].r.state != flight_state::running) return;
   write(i, [&](flight_record& r) {
-    r.end_ns = realtime_ns();
+    r.end_ns = now_ns;
     r.state = ok ? flight_state::done : flight_state::failed;
   });
 }

@@ -203,6 +203,7 @@ auto communicator<Transport, Algorithm>::checked(const desc<T, Op>& d) {
       const std::size_t k = std::min(d.in.size(), d.out.size());
       copy(d.in.subview(0, k), d.out.subview(0, k));
     }
+    record_alone(fp, std::max(d.in.size_bytes(), d.out.size_bytes()));
   }
   return c;
 }
@@ -317,8 +318,8 @@ template <transport Transport, algorithm Algorithm>
 template <collective C, class A, class X>
 void communicator<Transport, Algorithm>::execute(const A& a, fingerprint fp, const X& x) {
   fp.algo = algorithm_id<A>();
-  channel<Transport> ch(t_, fp, A::name, cfg_.timeout, scratch_, aborted_.get());
-  recorded(ch, [&] {
+  channel<Transport> ch = channel_for(fp, A::name);
+  recorded(ch, {static_cast<std::size_t>(C), std::max(x.in.size_bytes(), x.out.size_bytes())}, [&] {
     if constexpr (info(C).where == counts_at::every_rank) {
       // A difference in the counts every rank passes reaches this rank as the peer's sum and
       // digest; knowing its own counts, it names the index and both values where it can.
@@ -480,8 +481,8 @@ void communicator<Transport, Algorithm>::fused_parts(const A& alg, fingerprint f
   // (`algo::shared_memory::all_reduce_parts`), without a copy; else packed into a buffer kept
   // between runs (no page faults, nothing zeroed), reduced as one, unpacked.
   fp.algo = algorithm_id<A>();
-  channel<Transport> ch(t_, fp, A::name, cfg_.timeout, scratch_, aborted_.get());
-  recorded(ch, [&] {
+  channel<Transport> ch = channel_for(fp, A::name);
+  recorded(ch, {static_cast<std::size_t>(collective::all_reduce), total * sizeof(E)}, [&] {
     if constexpr (requires { alg.all_reduce_parts(ch, parts, op); }) {
       if (alg.all_reduce_parts(ch, parts, op)) return;
     }

@@ -49,6 +49,7 @@
 #include "tutti/detail/flight_recorder.hpp"
 #include "tutti/group/collectives.hpp"
 #include "tutti/group/nonblocking.hpp"
+#include "tutti/group/observe.hpp"
 #include "tutti/group/request.hpp"
 #include "tutti/op/ops.hpp"
 #include "tutti/transport/capabilities.hpp"
@@ -151,8 +152,14 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   /// (`config_error` when malformed) unless a config is given.
   explicit communicator(Transport t, Algorithm a = {}) : communicator(std::move(t), std::move(a), config::from_env()) {}
   communicator(Transport t, Algorithm a, config cfg)
-      : t_(std::move(t)), algo_(std::move(a)), cfg_(std::move(cfg)), recorder_(t_.rank(), t_.size(), 0) {
+      : t_(std::move(t)), algo_(std::move(a)), cfg_(std::move(cfg)), recorder_(t_.rank(), t_.size(), 0),
+        counters_(t_.size()) {
     make_plans();
+    if (!detail::trace_dir().empty()) {
+      observers_ = std::make_unique<detail::observers>();
+      observers_->trace = true;
+      observers_->trace_rank = t_.rank();
+    }
   }
 
   /// Joins the job the environment describes (`Transport::from_env()`, e.g. `tutti::shm`).
@@ -170,6 +177,9 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   ~communicator() {
     open_batch_.end();
     engine_.drain();
+    if (cfg_.debug >= log_level::info && counters_.active()) [[unlikely]]
+      detail::log(log_level::info, cfg_, rank(), stats().text());
+    if (observers_ && observers_->trace) detail::trace_flush();
   }
 
   /// A move waits for the operations posted on `o`; a batch open on `o` ends first (see `batch`).
@@ -239,6 +249,20 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   /// fingerprints, start times and outcomes, as printed on failure and on SIGUSR1.
   std::string flight_record(std::size_t max = detail::flight_capacity) const { return recorder_.text(max); }
 
+  /// This rank's counters on this communicator since it was made: calls, bytes and time per
+  /// kind of operation, time spent waiting per peer, the slowest peer (`comm_stats`).
+  /// `TUTTI_DEBUG=info` prints them when the communicator is destroyed. May be called from any
+  /// thread, also while operations are posted.
+  comm_stats stats() const { return counters_.snapshot(rank(), context_); }
+
+  /// Hooks for the user's own tools (as torchcomms has): `f(const op_event&)` when each operation
+  /// of this communicator starts, ends, or fails (then `on_error`'s, not `on_end`'s), on the
+  /// thread that runs it. An empty function removes the hook. Groups made from this communicator
+  /// afterwards start with its hooks. Setting one waits for the operations posted before.
+  void on_start(op_hook f) { set_hook(&detail::observers::start, std::move(f)); }
+  void on_end(op_hook f) { set_hook(&detail::observers::end, std::move(f)); }
+  void on_error(op_hook f) { set_hook(&detail::observers::error, std::move(f)); }
+
   /// Every rank's `n` in rank order: the counts of a v-collective when each rank knows only its
   /// own (one all_gather of one 64-bit word per rank).
   std::vector<std::size_t> all_gather_counts(std::size_t n) {
@@ -269,8 +293,8 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
       const auto data = readable(data_buf);
       using U = detail::element_of<B>;
       check_peer(peer, tag, "send");
-      channel<Transport> ch(t_, p2p_fp(dtype_of<U>(), data.size(), tag), "p2p", cfg_.timeout, scratch_, aborted_.get());
-      recorded(ch, [&] { ch.send(peer, data); });
+      channel<Transport> ch = channel_for(p2p_fp(dtype_of<U>(), data.size(), tag), "p2p");
+      recorded(ch, {detail::kind_send, data.size_bytes(), peer}, [&] { ch.send(peer, data); });
     });
   }
 
@@ -285,8 +309,8 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
       const auto data = writable(data_buf);
       using T = detail::element_of<B>;
       check_peer(peer, tag, "recv");
-      channel<Transport> ch(t_, p2p_fp(dtype_of<T>(), data.size(), tag), "p2p", cfg_.timeout, scratch_, aborted_.get());
-      recorded(ch, [&] { ch.recv(peer, data); });
+      channel<Transport> ch = channel_for(p2p_fp(dtype_of<T>(), data.size(), tag), "p2p");
+      recorded(ch, {detail::kind_recv, data.size_bytes(), peer}, [&] { ch.recv(peer, data); });
     });
   }
 
@@ -800,8 +824,10 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
       for (std::size_t i = 0; i < std::max(out.size(), in.size()); ++i) {
         const detail::p2p_op* s = i < out.size() ? out[i] : nullptr;
         const detail::p2p_op* v = i < in.size() ? in[i] : nullptr;
-        channel<Transport> ch(t_, (s ? s : v)->fp, "p2p", cfg_.timeout, scratch_, aborted_.get());
-        recorded(ch, [&] {
+        channel<Transport> ch = channel_for((s ? s : v)->fp, "p2p");
+        const op_label label = s ? op_label{detail::kind_send, s->bytes + (v ? v->bytes : 0), to}
+                                 : op_label{detail::kind_recv, v->bytes, from};
+        recorded(ch, label, [&] {
           if (s && v)
             t_.sendrecv(to, header{s->fp, s->bytes}, s->data, from, header{v->fp, v->bytes}, v->data, ch.wait());
           else if (s)
@@ -878,25 +904,110 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
 
   // ---- failures -------------------------------------------------------------------------------
 
-  /// guarded(f), with the call in the flight recorder.
+  /// The channel of one operation: the call's fingerprint, deadline, scratch, abort flag, and
+  /// the counters its waits add to.
+  channel<Transport> channel_for(const fingerprint& fp, std::string_view algorithm) {
+    return channel<Transport>(t_, fp, algorithm, cfg_.timeout, scratch_, aborted_.get(), counters_.waits());
+  }
+
+  /// What `recorded` counts of an operation besides its fingerprint: its kind
+  /// (`detail::kind_of`, or send / recv), this rank's bytes, the peer of point to point.
+  struct op_label {
+    std::size_t kind;
+    std::size_t bytes = 0;
+    int peer = -1;
+  };
+
+  /// guarded(f), with the call in the flight recorder and the counters, and shown to the hooks
+  /// and the trace when they watch.
   template <class F>
-  void recorded(const channel<Transport>& ch, F&& f) {
-    const auto i = recorder_.begin(ch.fp(), ch.algorithm());
-    bool ok = false;
-    struct on_exit {
+  void recorded(const channel<Transport>& ch, const op_label& l, F&& f) {
+    const std::int64_t t0 = detail::realtime_ns();
+    const auto i = recorder_.begin(ch.fp(), ch.algorithm(), t0);
+    std::unique_ptr<std::int64_t[]> waits_before;
+    if (observers_) [[unlikely]] waits_before = observe_start(ch, l, t0);
+    bool ended = false;
+    struct on_exit {  // the record of a call refused before it ran (an earlier failure)
       detail::flight_recorder& r;
       std::uint64_t i;
-      bool& ok;
-      ~on_exit() { r.end(i, ok); }
-    } mark{recorder_, i, ok};
-    guarded(std::forward<F>(f), [&] { recorder_.end(i, false); });
-    ok = true;
+      bool& ended;
+      ~on_exit() {
+        if (!ended) r.end(i, false, detail::realtime_ns());
+      }
+    } mark{recorder_, i, ended};
+    guarded(std::forward<F>(f), [&](const std::exception& e) {
+      ended = true;
+      finish_record(ch, l, i, t0, waits_before.get(), &e);
+    });
+    ended = true;
+    finish_record(ch, l, i, t0, waits_before.get(), nullptr);
+  }
+  /// The end of `recorded`'s operation: the flight recorder, the counters, the hooks and trace.
+  void finish_record(const channel<Transport>& ch, const op_label& l, std::uint64_t i, std::int64_t t0,
+                     const std::int64_t* waits_before, const std::exception* e) {
+    const std::int64_t t1 = detail::realtime_ns();
+    recorder_.end(i, e == nullptr, t1);
+    counters_.add(l.kind, l.bytes, t1 - t0);
+    if (observers_) [[unlikely]] observe_end(ch, l, t0, t1, waits_before, e);
+  }
+  TUTTI_COLD std::unique_ptr<std::int64_t[]> observe_start(const channel<Transport>& ch, const op_label& l, std::int64_t t0) {
+    const op_event ev = event_of(ch, l, t0, 0, nullptr);
+    if (observers_->start) detail::call_hook(observers_->start, ev);
+    if (!observers_->trace) return nullptr;
+    const auto n = size_t_size() + 1;
+    auto before = std::make_unique<std::int64_t[]>(n);
+    for (std::size_t k = 0; k < n; ++k) before[k] = counters_.waits()[k].load(std::memory_order_relaxed);
+    return before;
+  }
+  TUTTI_COLD void observe_end(const channel<Transport>& ch, const op_label& l, std::int64_t t0, std::int64_t t1,
+                              const std::int64_t* waits_before, const std::exception* e) {
+    const op_event ev = event_of(ch, l, t0, t1, e);
+    if (const op_hook& h = e ? observers_->error : observers_->end) detail::call_hook(h, ev);
+    if (observers_->trace) detail::trace_event(*observers_, ev, waits_before, counters_.waits(), size());
+    if (e && observers_->trace) detail::trace_flush();
+  }
+  op_event event_of(const channel<Transport>& ch, const op_label& l, std::int64_t t0, std::int64_t t1,
+                    const std::exception* e) const {
+    op_event ev;
+    ev.name = detail::kind_name(l.kind);
+    if (l.kind == detail::kind_other) ev.name = collective_name(ch.fp().coll);
+    ev.fp = &ch.fp();
+    ev.algorithm = ch.algorithm();
+    ev.bytes = l.bytes;
+    ev.rank = rank();
+    ev.peer = l.peer;
+    ev.posted = engine_.on_engine();
+    ev.start_ns = t0;
+    ev.end_ns = t1;
+    ev.error = e;
+    return ev;
+  }
+  /// A one-rank call (a copy, made by `checked`): counted, and shown to the hooks and the trace
+  /// with the algorithm "alone".
+  void record_alone(const fingerprint& fp, std::size_t bytes) {
+    counters_.add(detail::kind_of(fp.coll), bytes, 0);
+    if (observers_) [[unlikely]] observe_alone(fp, bytes);
+  }
+  TUTTI_COLD void observe_alone(const fingerprint& fp, std::size_t bytes) {
+    const channel<Transport> ch = channel_for(fp, "alone");
+    const op_label l{detail::kind_of(fp.coll), bytes};
+    const std::int64_t t = detail::realtime_ns();
+    const auto before = observe_start(ch, l, t);
+    observe_end(ch, l, t, t, before.get(), nullptr);
+  }
+  /// Sets one hook (`on_start`, `on_end`, `on_error`), after what was posted before.
+  void set_hook(op_hook detail::observers::*which, op_hook f) {
+    const auto busy = ordered("on_start/on_end/on_error");
+    if (!observers_) observers_ = std::make_unique<detail::observers>();
+    (*observers_).*which = std::move(f);
+    observers_->context = context_;
+    if (observers_->empty()) observers_.reset();
   }
 
   /// Runs `f`; on a failure, marks the communicator broken and tells the peers (unless a usage
   /// error did already), calls `on_failure` and prints the flight recorder.
-  template <class F, class G = void (*)()>
-  void guarded(F&& f, G&& on_failure = [] {}) {
+  template <class F, class G = void (*)(const std::exception&)>
+  void guarded(F&& f, G&& on_failure = [](const std::exception&) {}) {
     if (!broken_.empty()) [[unlikely]]
       throw error(errc::aborted, "communicator unusable after an earlier failure: " + broken_);
     try {
@@ -906,7 +1017,7 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
       f();
     } catch (const std::exception& e) {
       if (broken_.empty()) break_with(e);
-      on_failure();
+      on_failure(e);
       recorder_.print("failed");
       throw;
     }
@@ -941,8 +1052,8 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   /// A disagreement this rank sees alone (a view whose size is not its count): the call fails
   /// as if a peer had found it, telling the peers.
   [[noreturn]] void local_mismatch(const fingerprint& fp, const std::string& text) {
-    channel<Transport> ch(t_, fp, "checks", cfg_.timeout, scratch_, aborted_.get());
-    recorded(ch, [&] { throw mismatch_error(text); });
+    channel<Transport> ch = channel_for(fp, "checks");
+    recorded(ch, {detail::kind_of(fp.coll)}, [&] { throw mismatch_error(text); });
     throw mismatch_error(text);  // not reached: recorded rethrows
   }
 
@@ -1032,8 +1143,8 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
     static_assert(host_exchange<T>,
                   "tutti: agreement on a transport whose memory is not the host's needs its host_exchange");
     std::vector<std::uint64_t> all(mine.size() * size_t_size());
-    channel<Transport> ch(t_, fp, "host exchange", cfg_.timeout, scratch_, aborted_.get());
-    recorded(ch, [&] {
+    channel<Transport> ch = channel_for(fp, "host exchange");
+    recorded(ch, {detail::kind_of(fp.coll), mine.size_bytes()}, [&] {
       t_.exchange(fp, reinterpret_cast<const std::byte*>(mine.data()), reinterpret_cast<std::byte*>(all.data()),
                   mine.size_bytes(), ch.wait());
     });
@@ -1054,6 +1165,10 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
     c.context_ = context;
     c.aborted_ = aborted_;  // the family shares the links, so it shares the abort
     c.recorder_ = detail::flight_recorder(c.rank(), c.size(), context);
+    if (observers_) {  // the group starts with this communicator's hooks, and traces as its rank
+      c.observers_ = std::make_unique<detail::observers>(*observers_);
+      c.observers_->context = context;
+    }
     return c;
   }
 
@@ -1107,6 +1222,9 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   detail::scratch_buffer fused_scratch_;  // a fused run's packed buffer (engine thread only)
   detail::scratch_buffer ordered_scratch_;  // run_ordered's rows of raw values
   detail::flight_recorder recorder_;
+  detail::op_counters counters_;
+  /// The hooks and the trace; null while neither watches (the one test each call makes).
+  std::unique_ptr<detail::observers> observers_;
   std::shared_ptr<std::atomic<bool>> aborted_ = std::make_shared<std::atomic<bool>>(false);
   std::vector<std::size_t> offsets_a_, offsets_b_;  // the v-collectives' offsets, reused
   std::uint64_t seq_ = 0;

@@ -41,6 +41,8 @@ class engine_slot {
   }
   /// Operations are posted and the caller is not the engine (which runs them in order).
   bool busy() const noexcept { return e_ && !e_->idle() && !e_->on_engine(); }
+  /// Whether the caller is the engine's thread (running a posted operation).
+  bool on_engine() const noexcept { return e_ && e_->on_engine(); }
   std::size_t pending() const noexcept { return e_ ? e_->pending() : 0; }
   /// The engine, made on first use; `waiting` (may be null) counts what it has not started.
   progress_engine& get(std::atomic<std::uint64_t>* waiting) {

@@ -59,6 +59,10 @@ struct wait_context {
   /// to sleep, and at least every `toolkit::abort_poll` (5 ms), and raises `errc::aborted`.
   /// Null: not abortable.
   const std::atomic<bool>* aborted = nullptr;
+  /// Where a wait that did not find its data at the first look adds how long it lasted: index
+  /// 1 + the peer waited for, 0 for no peer in particular (`communicator::stats()`; one writer,
+  /// the thread running the call). Null: not counted.
+  std::atomic<std::int64_t>* waited_ns = nullptr;
 };
 
 /// The transport contract: a copyable value for one group of ranks.

@@ -79,9 +79,18 @@ void wait_until(const wait_context& w, const wait_subject& s, const wait_policy&
   int looks = 0;
   const auto start = clock::now();
   auto last = start, deadline = start + w.timeout;
+  bool waited = false;  // a look found nothing yet: the wait counts (wait_context::waited_ns)
   for (;;) {
     const look l = as_look();
-    if (l == look::done) return;
+    if (l == look::done) {
+      if (waited && w.waited_ns) [[unlikely]] {
+        std::atomic<std::int64_t>& a = w.waited_ns[s.peer < 0 ? 0 : s.peer + 1];
+        const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - start).count();
+        a.store(a.load(std::memory_order_relaxed) + ns, std::memory_order_relaxed);
+      }
+      return;
+    }
+    waited = true;
     if (l == look::moved) {
       last = clock::now();
       looks = 0;
