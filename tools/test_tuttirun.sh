@@ -603,7 +603,7 @@ RANK
     bad "operations by time: $(jq -c '[.traceEvents[] | select(.ph == "X") | [.pid, .name]]' "$dir/trace.json")"
   [[ $(jq -r '.displayTimeUnit' "$dir/trace.json") == ms ]] || bad "no displayTimeUnit ms"
   local problems=$(trace_order_problems "$dir/trace.json")
-  [[ -z $problems ]] || bad "trace.json: $problems"
+  [[ -z $problems ]] || bad "trace.json: $(head -n 5 <<<"$problems" | paste -sd ";" - | sed "s/;/; /g")"
   plot_trace "$dir/trace.json"
   # Ranks that write nothing: a line that says so, and no trace.json (the one before is removed).
   rm -f "$dir"/tutti-trace-*
@@ -655,7 +655,7 @@ case_trace_demo() {
   local events=$(jq '[.traceEvents[] | select(.ph != "M")] | length' "$t")
   expect_line "$err" "tuttirun: trace of 4 ranks ($events events) in $t"
   local problems=$(trace_order_problems "$t")
-  [[ -z $problems ]] || bad "trace.json: $(head -n 5 <<<"$problems")"
+  [[ -z $problems ]] || bad "trace.json: $(head -n 5 <<<"$problems" | paste -sd ";" - | sed "s/;/; /g")"
   expect_no_match "$err" '^tuttirun: warning'
   plot_trace "$t"
 }
