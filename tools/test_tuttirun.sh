@@ -392,7 +392,7 @@ case_help_and_version() {
   local flag
   for flag in --nproc-per-node --nnodes --node-rank --master-addr --master-port --failure-grace --grace \
     --no-prefix --keep-going --help --version RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK NODE_RANK MASTER_ADDR \
-    MASTER_PORT TUTTI_JOB_ID TUTTI_JOB_TOKEN TUTTI_LAUNCHER 'Exit status'; do
+    MASTER_PORT TUTTI_JOB_ID TUTTI_JOB_TOKEN TUTTI_LAUNCHER TUTTI_TRACE 'Exit status'; do
     grep -qF -- "$flag" "$out" || bad "--help does not mention $flag"
   done
   run --version
@@ -494,6 +494,209 @@ case_job_id() {
   [[ $(sort -u "$out") == "given secret" ]] || bad "preset id/token not kept: $(cat "$out")"
 }
 
+# --- trace (TUTTI_TRACE) -------------------------------------------------------------------------
+
+# Checks the merged trace $1 as tools/trace-plot.sh and Perfetto read it: one event a line after
+# the first, a comma after every one but the last, the metadata first, then every other event in
+# order of "ts"; and, within each (pid, tid), no operation that begins before the one before it
+# ended (ts[i] + dur[i] <= ts[i+1] + 0.001). The times are compared exactly, whole microseconds
+# and fraction apart, as epoch microseconds have more digits than awk's doubles (or jq's) keep.
+# Prints one line per problem (none if it is right).
+trace_order_problems() {
+  awk '
+    # t = "W.F" microseconds: out["w"] the whole part, out["f"] the fraction in 1e-9 us (exact).
+    function split_time(t, out,    i, fr) {
+      i = index(t, ".")
+      out["w"] = i ? substr(t, 1, i - 1) + 0 : t + 0
+      fr = i ? substr(t, i + 1) : ""
+      fr = substr(fr "000000000", 1, 9)
+      out["f"] = fr + 0
+    }
+    function field(key,    re) {
+      re = "\"" key "\":-?[0-9.eE+-]+"
+      if (!match($0, re)) return ""
+      return substr($0, RSTART + length(key) + 3, RLENGTH - length(key) - 3)
+    }
+    NR == 1 { if ($0 != "{\"traceEvents\":[") print "line 1 is not {\"traceEvents\":["; next }
+    /^\],"displayTimeUnit":"ms"\}$/ { if (prev ~ /,$/) print "line " NR - 1 ", the last event, ends with a comma"; end = NR; next }
+    end { print "line " NR " follows the last line"; next }
+    { if (NR > 2 && prev !~ /,$/) print "line " NR - 1 " has no comma after it"; prev = $0 }
+    /"ph":"M"/ { if (seen_x) print "line " NR ": metadata after an operation"; next }
+    /"ph":"X"/ {
+      seen_x = 1; n++
+      ts = field("ts"); dur = field("dur"); pid = field("pid"); tid = field("tid")
+      if (ts ~ /[eE]/ || dur ~ /[eE]/ || ts == "" || dur == "") { print "line " NR ": ts or dur not in fixed notation"; next }
+      split_time(ts, t); split_time(dur, d)
+      if (n > 1 && (t["w"] < lw || (t["w"] == lw && t["f"] < lf))) print "line " NR ": ts " ts " before the line before"
+      lw = t["w"]; lf = t["f"]
+      key = pid "/" tid
+      if (key in ew) {
+        # its start plus 0.001 us against the end of the one before on its track
+        w = t["w"]; f = t["f"] + 1000000
+        if (f >= 1000000000) { f -= 1000000000; w++ }
+        if (ew[key] > w || (ew[key] == w && ef[key] > f))
+          print "line " NR ": pid " pid " tid " tid " starts at " ts ", before the end of its operation on line " eline[key]
+      }
+      w = t["w"] + d["w"]; f = t["f"] + d["f"]
+      if (f >= 1000000000) { f -= 1000000000; w++ }
+      ew[key] = w; ef[key] = f; eline[key] = NR
+      next
+    }
+    { print "line " NR " is neither metadata nor an operation: " substr($0, 1, 80) }
+    END {
+      if (!end) print "no last line ],\"displayTimeUnit\":\"ms\"}"
+      if (!n) print "no operation (\"ph\":\"X\")"
+    }' "$1"
+}
+
+case_trace_merge() {
+  # Ranks that write their files as tutti does: ranks 0 and 1 whole (rank 1 then fails), rank 2
+  # cut short, as if killed while writing. Left from an earlier run: this host's file and the
+  # merged trace (removed at the start); kept: a file of host <this host>-x (merged too) and a
+  # file that is no trace.
+  local dir=$work/trace host=$(uname -n)
+  mkdir -p "$dir"
+  echo stale >"$dir/tutti-trace-$host-999999.json"
+  echo stale >"$dir/trace.json"
+  echo notes >"$dir/notes.txt"
+  printf '%s\n' '{"traceEvents":[' \
+    '{"name":"process_name","ph":"M","pid":7,"tid":0,"args":{"name":"rank 7"}},' \
+    '{"name":"barrier","cat":"collective","ph":"X","pid":7,"tid":1,"ts":1733280000000005.5,"dur":1,"args":{}}' \
+    ']}' >"$dir/tutti-trace-$host-x-1.json"
+  cat >"$work/rank.sh" <<'RANK'
+f=$TUTTI_TRACE/tutti-trace-$(uname -n)-$$.json
+t=$((1733280000000000 + RANK))
+{
+  echo '{"traceEvents":['
+  echo "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":$RANK,\"tid\":0,\"args\":{\"name\":\"rank $RANK\"}},"
+  echo "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":$RANK,\"tid\":1,\"args\":{\"name\":\"communicator 0\"}},"
+  if [ "$RANK" = 2 ]; then
+    printf '{"name":"all_reduce","cat":"coll'
+  else
+    echo "{\"name\":\"all_reduce\",\"cat\":\"collective\",\"ph\":\"X\",\"pid\":$RANK,\"tid\":1,\"ts\":$t.250,\"dur\":10.5,\"args\":{\"seq\":0,\"error\":\"a \\\"ts\\\":1 in a string\"}},"
+    echo "{\"name\":\"barrier\",\"cat\":\"collective\",\"ph\":\"X\",\"pid\":$RANK,\"tid\":1,\"ts\":$((t + 10)).750,\"dur\":2,\"args\":{\"seq\":1}}"
+    echo ']}'
+  fi
+} >"$f.tmp"
+mv "$f.tmp" "$f"
+# Rank 1 fails once every rank's file is there (tuttirun then stops the others at once).
+if [ "$RANK" = 1 ]; then
+  i=0
+  while [ "$(ls "$TUTTI_TRACE" | grep -c "^tutti-trace-$(uname -n)-[0-9]*\.json$")" -lt 3 ] && [ $i -lt 200 ]; do
+    sleep 0.05; i=$((i + 1))
+  done
+  exit 3
+fi
+RANK
+  TUTTI_TRACE=$dir run --nproc-per-node=3 --failure-grace=0 sh "$work/rank.sh"
+  expect_rc 3
+  cp "$err" "$work/err.first"
+  [[ -e $dir/tutti-trace-$host-999999.json ]] && bad "this host's file of an earlier run was not removed"
+  [[ -e $dir/tutti-trace-$host-x-1.json ]] || bad "host $host-x's file was removed"
+  [[ -e $dir/notes.txt ]] || bad "a file that is no trace was removed"
+  expect_match "$work/err.first" "^tuttirun: warning: skipping trace file $dir/tutti-trace-$host-[0-9]+\\.json: it does not end with the line \\]\\} \\(cut short"
+  expect_line "$work/err.first" "tuttirun: trace of 3 ranks (5 events) in $dir/trace.json"
+  [[ -s $dir/trace.json ]] || { bad "no $dir/trace.json"; return; }
+  command -v jq >/dev/null || { bad "jq is needed (tools/install-deps.sh)"; return; }
+  jq empty "$dir/trace.json" 2>"$work/jq.err" || { bad "trace.json is not JSON: $(cat "$work/jq.err")"; return; }
+  [[ $(jq -c '[.traceEvents[] | select(.ph == "X") | .pid]' "$dir/trace.json") == "[0,1,7,0,1]" ]] ||
+    bad "operations by time: $(jq -c '[.traceEvents[] | select(.ph == "X") | [.pid, .name]]' "$dir/trace.json")"
+  [[ $(jq -r '.displayTimeUnit' "$dir/trace.json") == ms ]] || bad "no displayTimeUnit ms"
+  local problems=$(trace_order_problems "$dir/trace.json")
+  [[ -z $problems ]] || bad "trace.json: $(head -n 5 <<<"$problems" | paste -sd ";" - | sed "s/;/; /g")"
+  plot_trace "$dir/trace.json"
+  # Ranks that write nothing: a line that says so, and no trace.json (the one before is removed).
+  rm -f "$dir"/tutti-trace-*
+  TUTTI_TRACE=$dir run --nproc-per-node=2 true
+  expect_rc 0
+  [[ -e $dir/trace.json ]] && bad "trace.json of the run before left in place"
+  expect_line "$err" "tuttirun: no trace: no rank wrote a tutti-trace-*.json file in $dir"
+}
+
+case_trace_dir_error() {
+  # A TUTTI_TRACE that cannot be a directory: said before any rank starts, status 1.
+  echo x >"$work/file"
+  TUTTI_TRACE=$work/file/sub run --nproc-per-node=2 sh -c 'echo ran'
+  expect_rc 1
+  expect_line "$err" "tuttirun: TUTTI_TRACE=$work/file/sub: cannot create the directory $work/file/sub: Not a directory"
+  [[ -s $out ]] && bad "a rank ran: $(cat "$out")"
+  # Made, with its parents, where missing.
+  TUTTI_TRACE=$work/a/b/c run --nproc-per-node=1 true
+  expect_rc 0
+  [[ -d $work/a/b/c ]] || bad "TUTTI_TRACE=$work/a/b/c was not made"
+}
+
+# The demo (examples/demo.cpp) over shm with TUTTI_TRACE: $TUTTI_TEST_DEMO (as ctest passes it),
+# else the build tree's, examples/ next to tuttirun's tools/.
+case_trace_demo() {
+  local demo=${TUTTI_TEST_DEMO:-$(dirname "$T")/../examples/tutti_demo}
+  [[ -x $demo ]] || { echo "    (no tutti_demo at $demo: build it, or set TUTTI_TEST_DEMO; skipped)"; return; }
+  command -v jq >/dev/null || { bad "jq is needed (tools/install-deps.sh)"; return; }
+  local dir=$work/trace t=$work/trace/trace.json
+  TUTTI_TIMEOUT=15 TUTTI_TRACE=$dir run --nproc-per-node=4 "$demo"
+  expect_rc 0
+  if [[ ! -e $t ]]; then
+    # Before tutti writes traces (issue 31's library side) no rank writes a file: nothing to test.
+    # Files written and no merge is a failure.
+    if compgen -G "$dir/tutti-trace-*.json" >/dev/null; then
+      bad "the ranks wrote $(cd "$dir" && echo tutti-trace-*.json) but tuttirun wrote no trace.json"
+    else
+      echo "    (tutti_demo wrote no trace file: this tutti does not trace yet; skipped)"
+    fi
+    return
+  fi
+  jq empty "$t" 2>"$work/jq.err" || { bad "trace.json is not JSON: $(cat "$work/jq.err")"; return; }
+  local pids=$(jq -c '[.traceEvents[].pid] | unique' "$t")
+  [[ $pids == "[0,1,2,3]" ]] || bad "pids $pids, expected [0,1,2,3]"
+  local names=$(jq -c '[.traceEvents[] | select(.ph == "M" and .name == "process_name") | [.pid, .args.name]] | unique' "$t")
+  [[ $names == '[[0,"rank 0"],[1,"rank 1"],[2,"rank 2"],[3,"rank 3"]]' ]] || bad "process names $names"
+  local reducing=$(jq -c '[.traceEvents[] | select(.ph == "X" and .name == "all_reduce") | .pid] | unique' "$t")
+  [[ $reducing == "[0,1,2,3]" ]] || bad "ranks with an all_reduce: $reducing, expected [0,1,2,3]"
+  local events=$(jq '[.traceEvents[] | select(.ph != "M")] | length' "$t")
+  expect_line "$err" "tuttirun: trace of 4 ranks ($events events) in $t"
+  local problems=$(trace_order_problems "$t")
+  [[ -z $problems ]] || bad "trace.json: $(head -n 5 <<<"$problems" | paste -sd ";" - | sed "s/;/; /g")"
+  expect_no_match "$err" '^tuttirun: warning'
+  plot_trace "$t"
+}
+
+# tools/trace-plot.sh, next to this script, draws trace $1 into $work/trace.png (not tried without
+# gnuplot, saying so).
+plot=$(cd "$(dirname "$0")" && pwd)/trace-plot.sh
+plot_trace() {
+  rm -f "$work/trace.png"
+  if ! command -v gnuplot >/dev/null; then
+    echo "    (no gnuplot: tools/trace-plot.sh not tried)"
+  elif ! bash "$plot" "$1" "$work/trace.png" >"$work/plot.out" 2>&1; then
+    bad "trace-plot.sh failed: $(cat "$work/plot.out")"
+  else
+    [[ -s $work/trace.png ]] || bad "trace-plot.sh wrote no $work/trace.png"
+  fi
+}
+
+case_trace_plot_refuses() {
+  # A missing file, an empty one, one without operations, a wrong command line: status 1 (2 for
+  # the command line) and a message, no picture.
+  : >"$work/empty.json"
+  printf '%s\n' '{"traceEvents":[' '{"name":"process_name","ph":"M","pid":0,"tid":0,"args":{"name":"rank 0"}}' \
+    '],"displayTimeUnit":"ms"}' >"$work/meta.json"
+  local f want
+  for f in "missing.json:no such file: $work/missing.json" "empty.json:$work/empty.json is empty" \
+    "meta.json:no operations (\"ph\":\"X\" events) in $work/meta.json: nothing to draw"; do
+    want=${f#*:}
+    f=${f%%:*}
+    bash "$plot" "$work/$f" "$work/out.png" >"$out" 2>"$err"
+    rc=$?
+    expect_rc 1
+    expect_line "$err" "trace-plot.sh: $want"
+    [[ -e $work/out.png ]] && bad "a picture of $f"
+  done
+  bash "$plot" "$work/meta.json" >"$out" 2>"$err"
+  rc=$?
+  expect_rc 2
+  expect_line "$err" "usage: trace-plot.sh trace.json out.png"
+}
+
 # --- driver -------------------------------------------------------------------------------------
 
 all_cases=$(declare -F | awk '{print $3}' | grep '^case_' | sed 's/^case_//')
@@ -506,7 +709,7 @@ for c in $cases; do
     continue
   fi
   ok=1
-  rm -f "$work"/*
+  rm -rf "$work"/*
   "case_$c"
   if (( ok )); then
     echo "PASS $c"

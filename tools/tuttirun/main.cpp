@@ -2,12 +2,15 @@
 // `torchrun --nproc-per-node=N`. Linux only; needs nothing beyond libc and the standard library.
 // The parts: options.hpp (the command line), job.hpp (the job's identity and the ranks'
 // environment), spawn.hpp (starting a rank), output.hpp (its output), launcher.hpp (the poll loop
-// and restarts), rendezvous.hpp and rendezvous_codec.hpp (restarts across nodes).
+// and restarts), rendezvous.hpp and rendezvous_codec.hpp (restarts across nodes), trace.hpp (the
+// ranks' timeline trace, TUTTI_TRACE).
 
 #include <signal.h>
 #include <unistd.h>
 
 #include <memory>
+#include <optional>
+#include <string>
 #include <utility>
 
 #include "common.hpp"
@@ -17,6 +20,7 @@
 #include "options.hpp"
 #include "rendezvous.hpp"
 #include "spawn.hpp"
+#include "trace.hpp"
 
 using namespace tuttirun;
 
@@ -40,9 +44,16 @@ int main(int argc, char** argv) {
     struct sigaction child_sigpipe{};
     int sigfd = setup_signals(child_mask, child_sigpipe);
     adopt_orphans();
+    // TUTTI_TRACE: the ranks inherit it and write their files there; this run's files only.
+    const std::optional<std::string> trace_dir = trace_dir_from_env();
+    const bool node0 = opts.node_rank == 0;
+    if (trace_dir) prepare_trace_dir(*trace_dir, node0);
     job_identity job = make_identity(opts);
     std::unique_ptr<rendezvous> rdzv = make_rendezvous(opts, job);
-    return launcher(std::move(opts), std::move(job), sigfd, child_mask, child_sigpipe, std::move(rdzv)).run();
+    const int code = launcher(std::move(opts), std::move(job), sigfd, child_mask, child_sigpipe, std::move(rdzv)).run();
+    // The ranks are gone, whether the job succeeded or not: node 0 merges their files.
+    if (trace_dir && node0) write_merged_trace(*trace_dir);
+    return code;
   } catch (const launcher_error& e) {
     say(e.what());
     return exit_launcher_error;

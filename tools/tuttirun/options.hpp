@@ -151,6 +151,17 @@ goes away, or does not join or finish within --rdzv-timeout, makes the others
 stop their ranks and exit with status 1, naming it. With N = 0 there is no
 rendezvous: each node ends on its own, as its ranks do.
 
+Trace (TUTTI_TRACE=DIR in tuttirun's environment, which the ranks inherit):
+each tutti process writes its ranks' operations to
+DIR/tutti-trace-<hostname>-<pid>.json. At the start tuttirun makes DIR if
+missing (status 1 if it cannot) and removes this host's such files of an
+earlier run; once the job is over, failed or not, node 0's tuttirun merges
+every such file in DIR into DIR/trace.json (Chrome trace-event JSON, for
+Perfetto or chrome://tracing; tools/trace-plot.sh draws it) and says so. A
+file cut short (its process killed while writing it) is left out, with a
+warning that names it. Across nodes DIR must be shared for node 0 to see the
+other nodes' files; with --max-restarts, every attempt is in the trace.
+
 Exit status:
   0       every rank exited with status 0
   S       the first rank to fail exited with status S (with --max-restarts:
