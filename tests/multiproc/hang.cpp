@@ -2,8 +2,8 @@
 //   late  : rank 2 sleeps 60 s before the third all_reduce; the others time out waiting for it
 //   stop  : rank 2 stops itself (SIGSTOP) before it
 //   count : rank 2 passes another count to it
-// Every rank first runs two all_reduces and a barrier. Built over shm (tutti_hang_shm) and tcp
-// (tutti_hang_tcp, TUTTI_HANG_TCP).
+// Every rank first runs two all_reduces and a barrier. Built over shm (tutti_hang_shm), tcp
+// (tutti_hang_tcp, TUTTI_HANG_TCP) and mpi (tutti_hang_mpi, TUTTI_HANG_MPI; run by mpirun).
 #include <signal.h>
 
 #include <chrono>
@@ -12,9 +12,12 @@
 #include <tutti/tutti.hpp>
 #include <vector>
 
-#ifdef TUTTI_HANG_TCP
+#if defined(TUTTI_HANG_TCP)
 #include <tutti/transport/tcp.hpp>
 using transport = tutti::tcp;
+#elif defined(TUTTI_HANG_MPI)
+#include <tutti/transport/mpi.hpp>
+using transport = tutti::mpi;
 #else
 using transport = tutti::shm;
 #endif

@@ -67,7 +67,8 @@ inline constexpr std::uint32_t flight_layout_version = 1;
 
 /// With `TUTTI_FLIGHT_MAP=dir` in the environment (tuttirun sets it), tells the launcher where
 /// this process's table lies, once: `dir/<pid>.map` holds one line, "tutti-flight <version>
-/// <address> <bytes> <job rank>" (the job rank from `RANK` or `TUTTI_RANK`, -1 without), so that
+/// <address> <bytes> <job rank>" (the job rank the launcher set: `RANK`, `TUTTI_RANK`,
+/// `OMPI_COMM_WORLD_RANK`, `PMI_RANK`, `PMIX_RANK`, `SLURM_PROCID`; -1 without), so that
 /// it can read the table with `process_vm_readv` whether the process runs, hangs or is stopped.
 TUTTI_DECL void publish_flight_map() noexcept;
 /// With `TUTTI_FLIGHT_MAP=dir`: a copy of the whole table in `dir/<pid>.table`, made when a call

@@ -236,8 +236,9 @@ TUTTI_COLD TUTTI_DECL void publish_flight_map() noexcept {
   // run apart from the job (`tuttirun --dump=DIR` beside mpirun) may too, as Open MPI's CMA
   // allows. Only for a process that asked for the report (TUTTI_FLIGHT_MAP).
   ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
-  const char* rank = std::getenv("RANK");
-  if (!rank || !*rank) rank = std::getenv("TUTTI_RANK");
+  const char* rank = nullptr;  // the launcher's: tuttirun, torchrun, Open MPI, MPICH (PMI), Slurm
+  for (const char* var : {"RANK", "TUTTI_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"})
+    if ((rank = std::getenv(var)) && *rank) break;
   line_buffer l;
   l.put("tutti-flight ").num(flight_layout_version).put(" ")
       .num(static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&flight_table[0]))).put(" ")
