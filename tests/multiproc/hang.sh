@@ -10,20 +10,25 @@ tuttirun=$1 prog=$2
 shift 2
 pass=0 fail=0
 check() { if eval "$2"; then pass=$((pass + 1)); echo "PASS $1"; else fail=$((fail + 1)); echo "FAIL $1"; fi; }
+# `tuttirun --dump[=DIR]` ($1: --dump or --dump=DIR) until it names a cause (at most 20 s), then
+# checks that the cause is rank 2, which never entered all_reduce #3 ($2: the checks' prefix).
+dump_names_rank_2() {
+  out=""
+  for _ in $(seq 1 100); do
+    sleep 0.2
+    out=$("$tuttirun" "$1" 2>&1)
+    grep -q '^cause' <<<"$out" && break
+  done
+  echo "--- $2"; echo "$out"
+  check "$2: rank 2 never entered all_reduce #3" "grep -q 'never entered it: rank 2: last finished barrier' <<<\"\$out\""
+  check "$2: the cause names rank 2" "grep -q 'cause: communicator 0: rank 2 has not entered all_reduce(.*) #3' <<<\"\$out\""
+}
 
 if (($# > 0)); then  # an MPI job: mpirun starts it, tuttirun --dump=DIR reads it
   dir=$(mktemp -d)
   timeout 60 "$@" -x TUTTI_FLIGHT_MAP="$dir" -x TUTTI_TIMEOUT=30 -np 4 "$prog" late >/dev/null 2>&1 &
   job=$!
-  out=""
-  for _ in $(seq 1 100); do
-    sleep 0.2
-    out=$("$tuttirun" --dump="$dir" 2>&1)
-    grep -q '^cause' <<<"$out" && break
-  done
-  echo "--- dump of an mpirun job"; echo "$out"
-  check "mpi dump: rank 2 never entered all_reduce #3" "grep -q 'never entered it: rank 2: last finished barrier' <<<\"\$out\""
-  check "mpi dump: the cause names rank 2" "grep -q 'cause: communicator 0: rank 2 has not entered all_reduce(.*) #3' <<<\"\$out\""
+  dump_names_rank_2 --dump="$dir" "mpi dump"
   kill -TERM $job 2>/dev/null; wait $job 2>/dev/null
   rm -rf "$dir"
   echo "$pass passed, $fail failed"
@@ -55,15 +60,7 @@ check "count: the cause is the different arguments" "grep -q 'cause: communicato
 dir=$(mktemp -d)
 TMPDIR=$dir TUTTI_TIMEOUT=30 timeout 60 "$tuttirun" --nproc-per-node=4 "$prog" late >/dev/null 2>&1 &
 job=$!
-out=""
-for _ in $(seq 1 50); do
-  sleep 0.2
-  out=$(TMPDIR=$dir "$tuttirun" --dump 2>&1)
-  grep -q '^cause' <<<"$out" && break
-done
-echo "--- dump"; echo "$out"
-check "dump: rank 2 never entered all_reduce #3" "grep -q 'never entered it: rank 2: last finished barrier' <<<\"\$out\""
-check "dump: the cause names rank 2" "grep -q 'cause: communicator 0: rank 2 has not entered all_reduce(.*) #3' <<<\"\$out\""
+TMPDIR=$dir dump_names_rank_2 --dump "dump"
 kill -INT $job 2>/dev/null; wait $job 2>/dev/null
 out=$(TMPDIR=$dir "$tuttirun" --dump 2>&1); status=$?
 check "dump: with no job left, a clear error" "[[ $status -ne 0 ]] && grep -q 'no tuttirun job' <<<\"\$out\""
