@@ -2,8 +2,8 @@
 # tuttirun's hang report, end to end (tests/multiproc/hang.cpp at 4 ranks): rank 2 comes late,
 # stops itself (SIGSTOP), or passes another count; tuttirun's report must name rank 2 (or both
 # counts), and `tuttirun --dump` must say the same of a job that hangs.
-# With a launcher after the program (mpirun and its flags: an MPI program), only `--dump=DIR` of
-# a job that launcher started with TUTTI_FLIGHT_MAP=DIR.
+# With a launcher after the program (mpirun and its flags: an MPI program), `tuttirun --dump=DIR`
+# of the same three jobs started by that launcher with TUTTI_FLIGHT_MAP=DIR.
 # Usage: hang.sh <tuttirun> <program> [mpirun args...]
 set -u
 tuttirun=$1 prog=$2
@@ -20,17 +20,40 @@ dump_names_rank_2() {
     grep -q '^cause' <<<"$out" && break
   done
   echo "--- $2"; echo "$out"
-  check "$2: rank 2 never entered all_reduce #3" "grep -q 'never entered it: rank 2: last finished barrier' <<<\"\$out\""
-  check "$2: the cause names rank 2" "grep -q 'cause: communicator 0: rank 2 has not entered all_reduce(.*) #3' <<<\"\$out\""
+  check "$2: rank 2 never entered all_reduce #3" "grep -q 'never entered it: rank 2\( \[stopped\]\)\?: last finished barrier' <<<\"\$out\""
+  check "$2: the cause names rank 2" "grep -q 'cause: communicator 0: rank 2\( \[stopped\]\)\? has not entered all_reduce(.*) #3' <<<\"\$out\""
 }
 
 if (($# > 0)); then  # an MPI job: mpirun starts it, tuttirun --dump=DIR reads it
-  dir=$(mktemp -d)
-  timeout 60 "$@" -x TUTTI_FLIGHT_MAP="$dir" -x TUTTI_TIMEOUT=30 -np 4 "$prog" late >/dev/null 2>&1 &
-  job=$!
-  dump_names_rank_2 --dump="$dir" "mpi dump"
-  kill -TERM $job 2>/dev/null; wait $job 2>/dev/null
-  rm -rf "$dir"
+  mpi_job() {  # <mode>: starts the job in the background (pid in $job), its maps in a fresh $dir
+    dir=$(mktemp -d)
+    timeout 60 "$@" -x TUTTI_FLIGHT_MAP="$dir" -x TUTTI_TIMEOUT=30 -np 4 "$prog" "$mode" >/dev/null 2>&1 &
+    job=$!
+  }
+  end_mpi_job() {  # kills what is left (a stopped rank ignores all but SIGKILL)
+    for m in "$dir"/*.map; do [[ -e $m ]] && kill -KILL "$(basename "$m" .map)" 2>/dev/null; done
+    kill -TERM $job 2>/dev/null; wait $job 2>/dev/null
+    rm -rf "$dir"
+  }
+  mode=late mpi_job "$@"
+  dump_names_rank_2 --dump="$dir" "mpi late"
+  end_mpi_job
+  mode=stop mpi_job "$@"
+  dump_names_rank_2 --dump="$dir" "mpi stop"
+  check "mpi stop: rank 2 is seen stopped" "grep -q 'rank 2 (pid [0-9]*): stopped' <<<\"\$out\""
+  end_mpi_job
+  # A count mismatch fails the ranks at once; --dump reads, after the job, the records they saved.
+  mode=count mpi_job "$@"
+  wait $job 2>/dev/null
+  out=$("$tuttirun" --dump="$dir" 2>&1)
+  echo "--- mpi count"; echo "$out"
+  # mpirun ends the other ranks as soon as one exits: the two that found the difference save
+  # their records first, the others may be killed before they learn of it.
+  check "mpi count: rank 2's call with count=999, from its saved records" \
+    "grep -q 'all_reduce(.*) #3 count=999' <<<\"\$out\""
+  check "mpi count: beside another rank's count=1000, the cause is the different arguments" \
+    "! grep -q ': all_reduce(.*) #3 count=1000' <<<\"\$out\" || grep -q 'cause: communicator 0: the ranks called #3 with different arguments' <<<\"\$out\""
+  end_mpi_job
   echo "$pass passed, $fail failed"
   [[ $fail -eq 0 ]]
   exit

@@ -181,7 +181,7 @@ inline std::string hang_report(const std::vector<flight_process>& procs, std::in
     for (std::size_t i = 0; i < in_it.size(); ++i) out += (i ? ", " : "") + in_it[i];
     out += "\n";
     for (const std::string& s : passed) out += "  " + s + "\n";
-    std::vector<std::string> never;
+    std::vector<std::string> never, unknown;
     for (const std::string& s : behind) {
       out += "  never entered it: " + s + "\n";
       never.push_back(s.substr(0, s.find(':')));
@@ -193,7 +193,7 @@ inline std::string hang_report(const std::vector<flight_process>& procs, std::in
           for (const flight_process& p : procs)
             if (p.job_rank == r && !p.has_records) s += " [" + p.status + (p.source.empty() ? "" : "; " + p.source) + "]";
         out += "  no record: " + s + " (dead before it saved its records, or it never made this communicator)\n";
-        never.push_back(s);
+        unknown.push_back(s);
       }
     // Ranks in the same call with different fingerprints, side by side.
     bool differ = false;
@@ -204,13 +204,18 @@ inline std::string hang_report(const std::vector<flight_process>& procs, std::in
       causes.push_back("communicator " + std::to_string(context) + ": the ranks called #" + std::to_string(*stuck) +
                        " with different arguments (above)");
     }
-    if (!never.empty()) {
-      std::string c = "communicator " + std::to_string(context) + ": ";
-      for (std::size_t i = 0; i < never.size(); ++i) c += (i ? ", " : "") + never[i];
-      c += (never.size() == 1 ? " has" : " have") + std::string(" not entered ") + op_text(*example) + ", which " +
-           std::to_string(in_it.size()) + (in_it.size() == 1 ? " rank is" : " ranks are") + " in";
-      causes.push_back(c);
-    }
+    auto ranks_text = [](const std::vector<std::string>& names) {
+      std::string t;
+      for (std::size_t i = 0; i < names.size(); ++i) t += (i ? ", " : "") + names[i];
+      return t;
+    };
+    if (!never.empty())
+      causes.push_back("communicator " + std::to_string(context) + ": " + ranks_text(never) +
+                       (never.size() == 1 ? " has" : " have") + " not entered " + op_text(*example) + ", which " +
+                       std::to_string(in_it.size()) + (in_it.size() == 1 ? " rank is" : " ranks are") + " in");
+    if (!unknown.empty())  // not a cause by itself: the ranks may have been in it when they died
+      causes.push_back("communicator " + std::to_string(context) + ": " + ranks_text(unknown) + " left no records" +
+                       (never.empty() && !differ ? " while the others are in " + op_text(*example) : ""));
   }
   if (out.empty()) out = "no rank is in a tutti call\n";
   for (const std::string& c : causes) out += "cause: " + c + "\n";

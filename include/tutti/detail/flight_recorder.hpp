@@ -130,9 +130,8 @@ class flight_recorder {
   std::int64_t end(std::uint64_t i, bool ok) noexcept;
   /// Prints the last `max` records to stderr (a failure's default: `TUTTI_FLIGHT_RECORDER`).
   void print(const char* why, std::size_t max = flight_print_count()) const noexcept;
-  /// A call failed: prints the records (`print("failed")`) and saves the table for the launcher
-  /// (`save_flight_table`).
-  void failed() const noexcept;
+  /// Saves the table for the launcher (`save_flight_table`), where it asked for it.
+  void save() const noexcept;
   /// The last `max` records as print() writes them, for programs that log elsewhere.
   std::string text(std::size_t max = flight_capacity) const;
   bool active() const noexcept { return slot_ != nullptr; }

@@ -191,8 +191,7 @@ TUTTI_COLD TUTTI_DECL void flight_recorder::print(const char* why, std::size_t m
   if (slot_ && max) print_flight_slot(*slot_, max, STDERR_FILENO, why);
 }
 
-TUTTI_COLD TUTTI_DECL void flight_recorder::failed() const noexcept {
-  print("failed");
+TUTTI_COLD TUTTI_DECL void flight_recorder::save() const noexcept {
   if (slot_) save_flight_table();
 }
 

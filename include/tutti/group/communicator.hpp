@@ -991,8 +991,9 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
     if (observers_->empty()) observers_.reset();
   }
 
-  /// Runs `f`; on a failure, marks the communicator broken and tells the peers (unless a usage
-  /// error did already), calls `on_failure` and prints the flight recorder. A communicator
+  /// Runs `f`; on a failure, calls `on_failure` (the record's end, the hooks), saves the flight
+  /// recorder for the launcher, marks the communicator broken and tells the peers (unless a usage
+  /// error did already), and prints the flight recorder. A communicator
   /// broken before raises `errc::aborted` without running `f` (`on_failure` is told too).
   template <class F, class G = void (*)(const std::exception&)>
   void guarded(F&& f, G&& on_failure = [](const std::exception&) {}) {
@@ -1007,9 +1008,12 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
                                        ": the communicator was aborted (communicator::abort)");
       f();
     } catch (const std::exception& e) {
-      if (broken_.empty()) break_with(e);
       on_failure(e);
-      recorder_.failed();
+      // The table goes to the launcher (TUTTI_FLIGHT_MAP) before the peers learn: a launcher may
+      // end this process as soon as one of them fails (mpirun does).
+      recorder_.save();
+      if (broken_.empty()) break_with(e);
+      recorder_.print("failed");
       throw;
     }
   }
