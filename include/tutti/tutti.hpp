@@ -1,7 +1,11 @@
 /// \file
-/// The umbrella header: everything in tutti that needs nothing beyond the standard library and
-/// Linux. Transports with optional dependencies have headers of their own: tutti/transport/tcp.hpp
-/// (Asio, target tutti::tcp) and tutti/transport/mpi.hpp (MPI, target tutti::mpi).
+/// The umbrella header: the communicator, every algorithm and reduce op, and the transports that
+/// need nothing beyond the standard library and Linux (inproc, shm). Included apart, each with a
+/// header of its own: transports with optional dependencies, tutti/transport/tcp.hpp (Asio,
+/// target tutti::tcp) and tutti/transport/mpi.hpp (MPI, target tutti::mpi); and the compositions
+/// of communicators, tutti/group/mesh.hpp (`tutti::mesh`, named axes) and
+/// tutti/group/hierarchy.hpp (`tutti::hierarchy`, levels of transports), which most programs do
+/// not use and which would make every program that includes this header compile them.
 #pragma once
 
 #include "tutti/algorithm/algorithm.hpp"
