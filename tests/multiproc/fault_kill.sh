@@ -7,7 +7,9 @@ set -u
 tuttirun=$1 prog=$2
 pass=0 fail=0
 check() { if eval "$2"; then pass=$((pass + 1)); echo "PASS $1"; else fail=$((fail + 1)); echo "FAIL $1"; fi; }
-snapshot() { ls -A /dev/shm /tmp 2>/dev/null | grep -i tutti | sort; }
+# A running tuttirun's flight-recorder directory (/tmp/tuttirun-flight.<pid>.*, gone when it exits)
+# may belong to another test's job running meanwhile: not a leftover.
+snapshot() { ls -A /dev/shm /tmp 2>/dev/null | grep -i tutti | grep -v '^tuttirun-flight\.' | sort; }
 before=$(snapshot)
 # 100000 floats go through the windows; at np=3 also 1000000 (4 MB), which survivors read straight
 # from the victim's memory (single copy) while it dies.

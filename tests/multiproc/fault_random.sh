@@ -25,7 +25,9 @@ keep=()
 echo "fault_random $transport${keep:+ (shrink)}: $trials trials from seed $base (replay one: TUTTI_FAULT_SEED=<seed> $0 $*)"
 pass=0 fail=0 failed_seeds=()
 check() { if eval "$2"; then pass=$((pass + 1)); else fail=$((fail + 1)); bad=1; echo "FAIL seed $seed: $1"; fi; }
-snapshot() { ls -A /dev/shm /tmp 2>/dev/null | grep -i tutti | sort; }
+# A running tuttirun's flight-recorder directory (/tmp/tuttirun-flight.<pid>.*, gone when it exits)
+# may belong to another test's job running meanwhile: not a leftover.
+snapshot() { ls -A /dev/shm /tmp 2>/dev/null | grep -i tutti | grep -v '^tuttirun-flight\.' | sort; }
 before=$(snapshot)
 start_all=$SECONDS
 for ((t = 0; t < trials; ++t)); do

@@ -87,6 +87,11 @@ TMPDIR=$dir dump_names_rank_2 --dump "dump"
 kill -INT $job 2>/dev/null; wait $job 2>/dev/null
 out=$(TMPDIR=$dir "$tuttirun" --dump 2>&1); status=$?
 check "dump: with no job left, a clear error" "[[ $status -ne 0 ]] && grep -q 'no tuttirun job' <<<\"\$out\""
+check "tuttirun removed its flight-recorder directory" "! ls -A \"$dir\" | grep -q tuttirun-flight"
+# One left by a tuttirun that was killed (its pid gone) is removed by the next one.
+mkdir -p "$dir/tuttirun-flight.999999999.XXXXXX" && touch "$dir/tuttirun-flight.999999999.XXXXXX/1.map"
+TMPDIR=$dir timeout 20 "$tuttirun" --nproc-per-node=1 true >/dev/null 2>&1
+check "a dead tuttirun's flight-recorder directory is removed by the next" "! ls -A \"$dir\" | grep -q tuttirun-flight"
 rm -rf "$dir"
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]

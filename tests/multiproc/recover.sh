@@ -10,7 +10,9 @@ runs=("$@")
 [[ ${#runs[@]} -gt 0 ]] || runs=(3:2 4:3 4:0)
 pass=0 fail=0
 check() { if eval "$2"; then pass=$((pass + 1)); echo "PASS $1"; else fail=$((fail + 1)); echo "FAIL $1"; fi; }
-snapshot() { ls -A /dev/shm /tmp 2>/dev/null | grep -i tutti | sort; }
+# A running tuttirun's flight-recorder directory (/tmp/tuttirun-flight.<pid>.*, gone when it exits)
+# may belong to another test's job running meanwhile: not a leftover.
+snapshot() { ls -A /dev/shm /tmp 2>/dev/null | grep -i tutti | grep -v '^tuttirun-flight\.' | sort; }
 before=$(snapshot)
 for run in "${runs[@]}"; do
   np=${run%%:*} victim=${run#*:}

@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -706,21 +707,45 @@ class launcher {
 
   // --- the hang report (hang_report.hpp)
 
-  // The directory where the ranks' tutti say where their flight tables lie (TUTTI_FLIGHT_MAP).
-  // Without one (no /tmp), no report: the job runs as before.
+  // The directory where the ranks' tutti say where their flight tables lie (TUTTI_FLIGHT_MAP),
+  // TMPDIR/tuttirun-flight.<pid>.XXXXXX, removed when tuttirun exits; those of tuttiruns that
+  // died without removing theirs (SIGKILL) are removed here. Without one (no TMPDIR or /tmp),
+  // no report: the job runs as before.
   void make_flight_dir() {
     const char* tmp = std::getenv("TMPDIR");
-    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/tuttirun-flight.XXXXXX";
+    const std::string base = tmp && *tmp ? tmp : "/tmp";
+    remove_stale_flight_dirs(base);
+    std::string pattern = base + "/tuttirun-flight." + std::to_string(::getpid()) + ".XXXXXX";
     if (::mkdtemp(pattern.data())) flight_dir_ = pattern;
+  }
+  static void remove_dir(const std::string& dir) {
+    if (DIR* d = ::opendir(dir.c_str())) {
+      while (dirent* e = ::readdir(d))
+        if (e->d_name[0] != '.') ::unlink((dir + "/" + e->d_name).c_str());
+      ::closedir(d);
+    }
+    ::rmdir(dir.c_str());
+  }
+  static void remove_stale_flight_dirs(const std::string& base) {
+    DIR* d = ::opendir(base.c_str());
+    if (!d) return;
+    std::vector<std::string> stale;
+    const std::string prefix = "tuttirun-flight.";
+    while (dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name;
+      if (name.rfind(prefix, 0) != 0) continue;
+      const long pid = std::atol(name.c_str() + prefix.size());
+      struct stat st {};
+      if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH &&
+          ::stat((base + "/" + name).c_str(), &st) == 0 && st.st_uid == ::getuid())
+        stale.push_back(base + "/" + name);
+    }
+    ::closedir(d);
+    for (const std::string& dir : stale) remove_dir(dir);
   }
   void remove_flight_dir() {
     if (flight_dir_.empty()) return;
-    if (DIR* d = ::opendir(flight_dir_.c_str())) {
-      while (dirent* e = ::readdir(d))
-        if (e->d_name[0] != '.') ::unlink((flight_dir_ + "/" + e->d_name).c_str());
-      ::closedir(d);
-    }
-    ::rmdir(flight_dir_.c_str());
+    remove_dir(flight_dir_);
     flight_dir_.clear();
   }
 
