@@ -49,3 +49,4 @@ TEST_CASE("observe: on_error gets the failure and a throwing hook is ignored and
     });
   }
 }
+

@@ -89,9 +89,14 @@ out=$(TMPDIR=$dir "$tuttirun" --dump 2>&1); status=$?
 check "dump: with no job left, a clear error" "[[ $status -ne 0 ]] && grep -q 'no tuttirun job' <<<\"\$out\""
 check "tuttirun removed its flight-recorder directory" "! ls -A \"$dir\" | grep -q tuttirun-flight"
 # One left by a tuttirun that was killed (its pid gone) is removed by the next one.
-mkdir -p "$dir/tuttirun-flight.999999999.XXXXXX" && touch "$dir/tuttirun-flight.999999999.XXXXXX/1.map"
+stale="$dir/tuttirun-flight.$(hostname).999999999.XXXXXX"
+mkdir -p "$stale" && touch "$stale/1.map"
+# ... but never through a link: the files of the directory it points to stay.
+mkdir -p "$dir/kept" && touch "$dir/kept/precious"
+ln -s "$dir/kept" "$dir/tuttirun-flight.$(hostname).999999998.XXXXXX"
 TMPDIR=$dir timeout 20 "$tuttirun" --nproc-per-node=1 true >/dev/null 2>&1
-check "a dead tuttirun's flight-recorder directory is removed by the next" "! ls -A \"$dir\" | grep -q tuttirun-flight"
+check "a dead tuttirun's flight-recorder directory is removed by the next" "[[ ! -e \"$stale\" ]]"
+check "a link named like one is left, and what it points to" "[[ -e \"$dir/kept/precious\" ]]"
 rm -rf "$dir"
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]

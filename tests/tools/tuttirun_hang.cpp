@@ -115,3 +115,25 @@ TEST_CASE("tuttirun hang report: nobody in a call") {
                                              rank_with(1, 2, {op(collective::barrier, 0, flight_state::done, now - s)})};
   CHECK(hang_report(procs, now) == "no rank is in a tutti call\n");
 }
+
+TEST_CASE("tuttirun hang report: a grown world beside the old one is a communicator of its own") {
+  using tutti::collective;
+  // Both worlds have context 0; the old one (2 ranks) is done, the grown one (3) waits for rank 2.
+  std::vector<flight_process> procs;
+  for (int r : {0, 1}) {
+    flight_process p = rank_with(r, 2, {op(collective::barrier, 9, flight_state::done, now - 30 * s)});
+    flight_comm grown;
+    grown.rank = r;
+    grown.size = 3;
+    grown.ops = {op(collective::all_reduce, 0, flight_state::running, now - 6 * s)};
+    p.comms.push_back(grown);
+    procs.push_back(p);
+  }
+  procs.push_back(rank_with(2, 3, {}));
+  const std::string text = hang_report(procs, now);
+  INFO(text);
+  CHECK(!has(text, "communicator 0 (2 ranks)"));
+  CHECK(has(text, "communicator 0 (3 ranks):"));
+  CHECK(has(text, "in it (up to 6.0 s): rank 0, rank 1"));
+  CHECK(has(text, "never entered it: rank 2: no operation on this communicator yet"));
+}

@@ -91,9 +91,9 @@ inline std::string who(const flight_process& p, const flight_comm& c) {
 }
 
 // What a process was last seen doing, outside communicator `context`'s call.
-inline std::string doing(const flight_process& p, const flight_comm& c, std::uint64_t context, std::int64_t now) {
+inline std::string doing(const flight_process& p, const flight_comm& c, std::int64_t now) {
   for (const flight_comm& other : p.comms)
-    if (other.context != context)
+    if (&other != &c)
       for (const flight_op& o : other.ops)
         if (o.state == tutti::detail::flight_state::running)
           return "blocked in communicator " + std::to_string(other.context) + ": " + op_text(o) + ", for " +
@@ -116,12 +116,14 @@ inline std::string hang_report(const std::vector<flight_process>& procs, std::in
   using tutti::detail::flight_state;
   std::string out;
   std::vector<std::string> causes;
-  // Members of each communicator: (process, its records of it).
-  std::map<std::uint64_t, std::vector<std::pair<const flight_process*, const flight_comm*>>> by_context;
+  // Members of each communicator: (process, its records of it). A communicator is its context
+  // and its size: a world made by shrink or grow has context 0 too, beside the old one.
+  std::map<std::pair<std::uint64_t, int>, std::vector<std::pair<const flight_process*, const flight_comm*>>> by_comm;
   for (const flight_process& p : procs)
-    for (const flight_comm& c : p.comms) by_context[c.context].emplace_back(&p, &c);
+    for (const flight_comm& c : p.comms) by_comm[{c.context, c.size}].emplace_back(&p, &c);
 
-  for (const auto& [context, members] : by_context) {
+  for (const auto& [key, members] : by_comm) {
+    const std::uint64_t context = key.first;
     // The oldest collective some member is in: its last collective, running or failed.
     std::optional<std::uint64_t> stuck;
     for (const auto& [p, c] : members) {
@@ -136,7 +138,7 @@ inline std::string hang_report(const std::vector<flight_process>& procs, std::in
         if (!is_collective(o) && o.state == flight_state::running)
           p2p.push_back(who(*p, *c) + " in " + op_text(o) + " for " + seconds(now_ns - o.start_ns));
     if (!stuck && p2p.empty()) continue;
-    const int size = members.front().second->size;
+    const int size = key.second;
     out += "communicator " + std::to_string(context) + " (" + std::to_string(size) + " ranks):\n";
     for (const std::string& line : p2p) out += "  " + line + "\n";
     if (!stuck) continue;
@@ -171,7 +173,7 @@ inline std::string hang_report(const std::vector<flight_process>& procs, std::in
           passed.push_back(name + ": finished it");
         }
       } else if (!any || newest < *stuck) {
-        behind.push_back(name + ": " + doing(*p, *c, context, now_ns));
+        behind.push_back(name + ": " + doing(*p, *c, now_ns));
       } else {
         passed.push_back(name + ": went past it without a record of it");
       }
@@ -383,6 +385,24 @@ inline std::vector<flight_process> read_flight_dir(const std::string& dir) {
   return procs;
 }
 
+// A launcher's flight-recorder directory: TMPDIR/tuttirun-flight.<host>.<pid>.XXXXXX.
+inline std::string flight_dir_prefix() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return std::string("tuttirun-flight.") + host + ".";
+}
+// The pid in such a directory's name, if it is this host's; 0 otherwise.
+inline long flight_dir_pid(const std::string& name) {
+  const std::string prefix = flight_dir_prefix();
+  if (name.rfind(prefix, 0) != 0) return 0;
+  return std::atol(name.c_str() + prefix.size());
+}
+// Whether the tuttirun that made directory `name` (of this host) still runs.
+inline bool flight_dir_owner_alive(const std::string& name) {
+  const long pid = flight_dir_pid(name);
+  return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH);
+}
+
 // `tuttirun --dump[=DIR]`: the report of the job whose ranks publish their tables in DIR; without
 // DIR, of the one tuttirun job running on this node (its TMPDIR/tuttirun-flight.* directory).
 inline int dump_job(std::string dir) {
@@ -393,7 +413,8 @@ inline int dump_job(std::string dir) {
     if (DIR* d = ::opendir(base.c_str())) {
       while (dirent* e = ::readdir(d)) {
         const std::string name = e->d_name;
-        if (name.rfind("tuttirun-flight.", 0) == 0 && !read_flight_maps(base + "/" + name).empty())
+        if (flight_dir_owner_alive(name) &&
+            !read_flight_maps(base + "/" + name).empty())
           found.push_back(base + "/" + name);
       }
       ::closedir(d);

@@ -174,6 +174,7 @@ class launcher {
   // A restart: what is left of the attempt before goes, the ranks get the next identity.
   void begin_attempt(long long attempt) {
     close_streams();
+    if (!flight_dir_.empty()) clear_dir(flight_dir_, false);  // the attempt before's maps and tables
     attempt_ = attempt;
     ident_ = attempt_identity(o_, job_, attempt, ident_.port);
     ranks_.clear();
@@ -708,44 +709,49 @@ class launcher {
   // --- the hang report (hang_report.hpp)
 
   // The directory where the ranks' tutti say where their flight tables lie (TUTTI_FLIGHT_MAP),
-  // TMPDIR/tuttirun-flight.<pid>.XXXXXX, removed when tuttirun exits; those of tuttiruns that
-  // died without removing theirs (SIGKILL) are removed here. Without one (no TMPDIR or /tmp),
-  // no report: the job runs as before.
+  // TMPDIR/tuttirun-flight.<host>.<pid>.XXXXXX, emptied for each attempt and removed when
+  // tuttirun exits; those this host's tuttiruns left when they died (SIGKILL) are removed here.
+  // Without one (no TMPDIR or /tmp), no report: the job runs as before.
   void make_flight_dir() {
     const char* tmp = std::getenv("TMPDIR");
     const std::string base = tmp && *tmp ? tmp : "/tmp";
     remove_stale_flight_dirs(base);
-    std::string pattern = base + "/tuttirun-flight." + std::to_string(::getpid()) + ".XXXXXX";
+    std::string pattern = base + "/" + flight_dir_prefix() + std::to_string(::getpid()) + ".XXXXXX";
     if (::mkdtemp(pattern.data())) flight_dir_ = pattern;
   }
-  static void remove_dir(const std::string& dir) {
-    if (DIR* d = ::opendir(dir.c_str())) {
+  // Empties directory `dir` (its own plain files: it is opened without following a link, and
+  // files are removed relative to it) and, with `remove`, removes it.
+  static void clear_dir(const std::string& dir, bool remove) {
+    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return;
+    if (DIR* d = ::fdopendir(fd)) {
       while (dirent* e = ::readdir(d))
-        if (e->d_name[0] != '.') ::unlink((dir + "/" + e->d_name).c_str());
-      ::closedir(d);
+        if (e->d_name[0] != '.') ::unlinkat(::dirfd(d), e->d_name, 0);
+      ::closedir(d);  // closes fd
+    } else {
+      ::close(fd);
     }
-    ::rmdir(dir.c_str());
+    if (remove) ::rmdir(dir.c_str());
   }
+  // This host's flight directories whose tuttirun is gone: real directories (not links) of this
+  // user.
   static void remove_stale_flight_dirs(const std::string& base) {
     DIR* d = ::opendir(base.c_str());
     if (!d) return;
     std::vector<std::string> stale;
-    const std::string prefix = "tuttirun-flight.";
     while (dirent* e = ::readdir(d)) {
       const std::string name = e->d_name;
-      if (name.rfind(prefix, 0) != 0) continue;
-      const long pid = std::atol(name.c_str() + prefix.size());
       struct stat st {};
-      if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH &&
-          ::stat((base + "/" + name).c_str(), &st) == 0 && st.st_uid == ::getuid())
+      if (flight_dir_pid(name) > 0 && !flight_dir_owner_alive(name) &&
+          ::lstat((base + "/" + name).c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == ::getuid())
         stale.push_back(base + "/" + name);
     }
     ::closedir(d);
-    for (const std::string& dir : stale) remove_dir(dir);
+    for (const std::string& dir : stale) clear_dir(dir, true);
   }
   void remove_flight_dir() {
     if (flight_dir_.empty()) return;
-    remove_dir(flight_dir_);
+    clear_dir(flight_dir_, true);
     flight_dir_.clear();
   }
 

@@ -290,6 +290,9 @@ inline command_line parse_args(int argc, char** argv) {
       return argv[++i];
     });
     if (what == command_line::action::dump) {
+      if (i + 1 < argc)
+        throw usage_error("--dump takes nothing after it (its directory as --dump=DIR), not '" + std::string(argv[i + 1]) +
+                          "'");
       c.what = what;
       return c;
     }

@@ -231,9 +231,10 @@ TUTTI_COLD TUTTI_DECL void write_flight_file(const char* suffix, const void* dat
 TUTTI_COLD TUTTI_DECL void publish_flight_map() noexcept {
   static std::atomic<bool> done{false};
   if (!flight_map_dir() || done.exchange(true)) return;
-  // Under Yama's ptrace_scope 1 only an ancestor may read this process's memory: a launcher
-  // run apart from the job (`tuttirun --dump=DIR` beside mpirun) may too, as Open MPI's CMA
-  // allows. Only for a process that asked for the report (TUTTI_FLIGHT_MAP).
+  // Under Yama's ptrace_scope 1 only an ancestor may read this process's memory. tuttirun is its
+  // ranks' ancestor, but `tuttirun --dump` from another shell, or beside mpirun, is not: the
+  // process allows any of its user's, as Open MPI's CMA and tutti's shm single copy do. Only for
+  // a process that asked for the report (TUTTI_FLIGHT_MAP, which tuttirun sets).
   ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
   const char* rank = nullptr;  // the launcher's: tuttirun, torchrun, Open MPI, MPICH (PMI), Slurm
   for (const char* var : {"RANK", "TUTTI_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"})
@@ -246,7 +247,12 @@ TUTTI_COLD TUTTI_DECL void publish_flight_map() noexcept {
 }
 
 TUTTI_COLD TUTTI_DECL void save_flight_table() noexcept {
+  // One at a time (two communicators may fail at once on two threads, and would write the same
+  // temporary file); a save already under way holds this one's records too.
+  static std::atomic_flag saving = ATOMIC_FLAG_INIT;
+  if (saving.test_and_set(std::memory_order_acq_rel)) return;
   write_flight_file(".table", static_cast<const void*>(&flight_table[0]), sizeof flight_table);
+  saving.clear(std::memory_order_release);
 }
 
 TUTTI_COLD TUTTI_DECL std::string flight_recorder::text(std::size_t max) const {

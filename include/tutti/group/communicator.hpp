@@ -30,6 +30,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -178,8 +179,10 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   ~communicator() {
     open_batch_.end();
     engine_.drain();
-    if (cfg_.debug >= log_level::info && counters_.active()) [[unlikely]]
-      detail::log(log_level::info, cfg_, rank(), stats().text());
+    if (cfg_.debug >= log_level::info && counters_.active()) [[unlikely]] try {
+        detail::log(log_level::info, cfg_, rank(), stats().text());
+      } catch (...) {  // a destructor: the counters are not worth a terminate
+      }
     if (observers_ && observers_->trace) detail::trace_flush();
   }
 
@@ -221,7 +224,9 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   {
     const auto busy = ordered("shrink");
     if (context_ != 0) local_usage("shrink: call it on the world communicator, not on a group");
-    return communicator(t_.shrink(cfg_.timeout, kept), algo_, cfg_);
+    communicator c(t_.shrink(cfg_.timeout, kept), algo_, cfg_);
+    pass_observers(c);
+    return c;
   }
 
   /// A larger communicator: this one's ranks, keeping their numbers, and `joiners` processes
@@ -243,7 +248,9 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
       if (counts[static_cast<std::size_t>(r)] != counts[0])
         throw mismatch_error("grow: rank 0 grows by " + std::to_string(counts[0]) + " joiner(s), rank " + std::to_string(r) +
                              " by " + std::to_string(counts[static_cast<std::size_t>(r)]));
-    return communicator(t_.grow(joiners, cfg_.timeout), algo_, cfg_);
+    communicator c(t_.grow(joiners, cfg_.timeout), algo_, cfg_);
+    pass_observers(c);
+    return c;
   }
 
   /// This rank's flight recorder: its last operations on this communicator with their
@@ -931,11 +938,15 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
     const std::int64_t end_ns = detail::end_operation(recorder_, counters_, m, l.kind, l.bytes, true);
     if (observers_) [[unlikely]] observe_end(ch, l, m.start_ns, end_ns, nullptr);
   }
-  /// `recorded`'s operation failed with `e`: the record, the counters, the hooks and the trace.
+  /// `recorded`'s operation failed with `e` (the peers told already): the record, the counters,
+  /// then the hooks and the trace, which must not replace `e` (it is being handled).
   TUTTI_COLD void record_failure(const channel<Transport>& ch, const op_label& l, const detail::flight_mark& m,
                                  const std::exception& e) {
     const std::int64_t end_ns = detail::end_operation(recorder_, counters_, m, l.kind, l.bytes, false);
-    if (observers_) observe_end(ch, l, m.start_ns, end_ns, &e);
+    if (observers_) try {
+        observe_end(ch, l, m.start_ns, end_ns, &e);
+      } catch (...) {
+      }
   }
   TUTTI_COLD void observe_start(const channel<Transport>& ch, const op_label& l, std::int64_t t0) {
     const op_event ev = event_of(ch, l, t0, 0, nullptr);
@@ -991,9 +1002,9 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
     if (observers_->empty()) observers_.reset();
   }
 
-  /// Runs `f`; on a failure, calls `on_failure` (the record's end, the hooks), saves the flight
-  /// recorder for the launcher, marks the communicator broken and tells the peers (unless a usage
-  /// error did already), and prints the flight recorder. A communicator
+  /// Runs `f`; on a failure, saves the flight recorder for the launcher, marks the communicator
+  /// broken and tells the peers (unless a usage error did already), calls `on_failure` (the
+  /// record's end, the hooks) and prints the flight recorder. A communicator
   /// broken before raises `errc::aborted` without running `f` (`on_failure` is told too).
   template <class F, class G = void (*)(const std::exception&)>
   void guarded(F&& f, G&& on_failure = [](const std::exception&) {}) {
@@ -1008,14 +1019,20 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
                                        ": the communicator was aborted (communicator::abort)");
       f();
     } catch (const std::exception& e) {
-      on_failure(e);
-      // The table goes to the launcher (TUTTI_FLIGHT_MAP) before the peers learn: a launcher may
-      // end this process as soon as one of them fails (mpirun does).
-      recorder_.save();
-      if (broken_.empty()) break_with(e);
-      recorder_.print("failed");
+      fail_with(e, on_failure);
       throw;
     }
+  }
+  /// `guarded`'s failure: the table goes to the launcher (TUTTI_FLIGHT_MAP) before the peers learn
+  /// (a launcher may end this process as soon as one of them fails: mpirun does; its record of
+  /// this call still says running, which the report counts as in the call), then the peers are
+  /// told, then `on_failure` (the record's end, the hooks), then the flight recorder printed.
+  template <class G>
+  void fail_with(const std::exception& e, G& on_failure) {
+    recorder_.save();
+    if (broken_.empty()) break_with(e);
+    on_failure(e);
+    recorder_.print("failed");
   }
 
   /// What a one-rank communicator's call raises where a larger group's would: unusable after
@@ -1160,16 +1177,22 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
     c.context_ = context;
     c.aborted_ = aborted_;  // the family shares the links, so it shares the abort
     c.recorder_ = detail::flight_recorder(c.rank(), c.size(), context);
-    if (observers_) {  // the group starts with this communicator's hooks, and traces as its rank
-      c.observers_ = std::make_unique<detail::observers>(*observers_);
-      c.observers_->context = context;
-      c.observers_->size = c.size();
-      c.observers_->waits_at_start.clear();
-    }
+    pass_observers(c);
     return c;
   }
 
   std::size_t size_t_size() const { return static_cast<std::size_t>(size()); }
+
+  /// A communicator made from this one (a group, a shrunk or grown world) starts with its hooks,
+  /// and traces under the same job rank (a shrink renumbers the ranks; the trace's lanes do not).
+  template <class C>
+  void pass_observers(C& c) const {
+    if (!observers_) return;
+    c.observers_ = std::make_unique<detail::observers>(*observers_);
+    c.observers_->context = c.context_;
+    c.observers_->size = c.size();
+    c.observers_->waits_at_start.clear();
+  }
 
   /// The open batch, if any. First: a move (or the destructor) ends the batch open on the
   /// communicator it leaves, posting what it holds while that communicator is whole, and the

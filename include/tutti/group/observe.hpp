@@ -46,7 +46,10 @@ struct op_event {
 
 /// A hook: called on the thread that runs the operation (the progress engine's for `i` calls),
 /// inside the call. It must not call the communicator; an exception it throws is reported on
-/// stderr once and otherwise ignored (the peers are in the call already).
+/// stderr once and otherwise ignored (the peers are in the call already). Groups made after it
+/// was set have copies of it, and groups may run on threads of their own: a hook shared that
+/// way must be safe to call from several threads at once. `on_error` runs after the peers were
+/// told of the failure.
 using op_hook = std::function<void(const op_event&)>;
 
 /// One kind of operation's totals on a communicator.
@@ -54,6 +57,8 @@ struct op_totals {
   std::string_view name;  ///< "all_reduce", "send", "recv", ...
   std::uint64_t calls = 0;
   std::uint64_t bytes = 0;  ///< summed `op_event::bytes`
+  // A fused batch of all_reduces counts as one all_reduce of their total; a send and a receive
+  // run as one step of a point-to-point batch count as one send of both sizes.
   std::chrono::nanoseconds time{0};  ///< summed from start to end, failed calls included
 };
 
@@ -64,7 +69,8 @@ struct comm_stats {
   std::uint64_t context = 0;  ///< 0: the world
   std::vector<op_totals> ops;  ///< each kind of operation called at least once, in the collective table's order
   /// Per peer rank: time this rank's calls spent in the transport's waits for that peer (a wait
-  /// that found its data at the first look counts nothing).
+  /// that found its data at the first look counts nothing, and one that ended in an error is
+  /// not counted). A full-duplex exchange's wait counts for the peer it receives from.
   std::vector<std::chrono::nanoseconds> waited;
   /// Waits for no one rank in particular (a phase every rank must reach, on the shared windows).
   std::chrono::nanoseconds waited_for_all{0};

@@ -161,7 +161,7 @@ TUTTI_DECL void tcp::run(outgoing* out, incoming* in, const wait_context& w) {
   const header& h = out ? out->h : in->h;
   const int peer = out ? out->peer : in->peer;
   toolkit::wait_until(
-      w, {h, rank(), out ? "to send to" : "to receive from", peer},
+      w, {h, rank(), out ? "to send to" : "to receive from", peer, in ? in->peer : peer},
       toolkit::wait_policy{0, conn_->opt.spin, {}, std::chrono::milliseconds(1000)},
       [&] {
         bool moved = false, done = true;

@@ -34,6 +34,9 @@ struct wait_subject {
   int me;                  ///< this rank, in the group's numbering
   std::string_view doing;  ///< "to receive from", "to make room at", "in MPI_Ibcast for"
   int peer;                ///< the rank waited for, -1: none in particular
+  /// The rank whose data the wait is for, where it differs from `peer` (a full-duplex send and
+  /// receive named by its send): the wait's time goes to it (`wait_context::waited_ns`).
+  int counted_for = -2;
 };
 
 /// Raises `errc::aborted` if `w`'s communicator was aborted.
@@ -84,7 +87,8 @@ void wait_until(const wait_context& w, const wait_subject& s, const wait_policy&
     const look l = as_look();
     if (l == look::done) {
       if (waited && w.waited_ns) [[unlikely]] {
-        std::atomic<std::int64_t>& a = w.waited_ns[s.peer < 0 ? 0 : s.peer + 1];
+        const int who = s.counted_for != -2 ? s.counted_for : s.peer;
+        std::atomic<std::int64_t>& a = w.waited_ns[who < 0 ? 0 : who + 1];
         const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - start).count();
         a.store(a.load(std::memory_order_relaxed) + ns, std::memory_order_relaxed);
       }
