@@ -342,6 +342,24 @@ inline flight_table_copy read_saved_table(const std::string& dir, long pid) {
   return done == want ? std::move(t) : nullptr;
 }
 
+// `p`'s records, from the table map `m` names: read live while the process `runs`, else as it
+// saved them in `dir` when a call failed; `p.source` says which, or why there are none.
+inline void read_records(flight_process& p, const flight_map_entry& m, const std::string& dir, bool runs) {
+  if (!layout_matches(m)) {
+    p.source = "its tutti's flight recorder differs from this tuttirun's";
+    return;
+  }
+  std::string why_not;
+  flight_table_copy t = runs ? read_live_table(m, why_not) : nullptr;
+  if (t) p.source = "live";
+  else if ((t = read_saved_table(dir, m.pid))) p.source = "saved when its call failed";
+  else p.source = why_not.empty() ? "exited without saving its records" : why_not;
+  if (t) {
+    p.comms = flight_comms(t.get());
+    p.has_records = true;
+  }
+}
+
 // What /proc says of process `pid`: "running", "stopped" (state T or t), or "gone".
 inline std::string process_state(long pid) {
   FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
@@ -364,19 +382,7 @@ inline std::vector<flight_process> read_flight_dir(const std::string& dir) {
     p.job_rank = m.job_rank;
     p.pid = m.pid;
     p.status = process_state(m.pid);
-    if (!layout_matches(m)) {
-      p.source = "its tutti's flight recorder differs from this tuttirun's";
-    } else {
-      std::string why_not;
-      flight_table_copy t = p.status != "gone" ? read_live_table(m, why_not) : nullptr;
-      if (t) p.source = "live";
-      else if ((t = read_saved_table(dir, m.pid))) p.source = "saved when its call failed";
-      else p.source = why_not.empty() ? "exited without saving its records" : why_not;
-      if (t) {
-        p.comms = flight_comms(t.get());
-        p.has_records = true;
-      }
-    }
+    read_records(p, m, dir, p.status != "gone");
     procs.push_back(std::move(p));
   }
   std::sort(procs.begin(), procs.end(), [](const flight_process& a, const flight_process& b) {

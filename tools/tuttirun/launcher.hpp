@@ -774,25 +774,8 @@ class launcher {
       const flight_map_entry* m = nullptr;
       for (const flight_map_entry& e : maps)
         if (e.job_rank == r.rank && (!m || e.pid == r.pid)) m = &e;
-      if (!m) {
-        p.source = "no tutti communicator seen in it";
-      } else if (!layout_matches(*m)) {
-        p.source = "its tutti's flight recorder differs from this tuttirun's";
-      } else {
-        std::string why_not;
-        flight_table_copy t = r.running ? read_live_table(*m, why_not) : nullptr;
-        if (t) {
-          p.source = "live";
-        } else if ((t = read_saved_table(flight_dir_, m->pid))) {
-          p.source = "saved when its call failed";
-        } else {
-          p.source = why_not.empty() ? "exited without saving its records" : why_not;
-        }
-        if (t) {
-          p.comms = flight_comms(t.get());
-          p.has_records = true;
-        }
-      }
+      if (m) read_records(p, *m, flight_dir_, r.running);
+      else p.source = "no tutti communicator seen in it";
       procs.push_back(std::move(p));
     }
     const std::string text = titled_report("hang report (" + why + "): what each rank of node " +
