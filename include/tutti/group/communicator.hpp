@@ -160,7 +160,6 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
       observers_ = std::make_unique<detail::observers>();
       observers_->trace = true;
       observers_->trace_rank = t_.rank();
-      observers_->size = t_.size();
     }
   }
 
@@ -951,7 +950,7 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   TUTTI_COLD void observe_start(const channel<Transport>& ch, const op_label& l, std::int64_t t0) {
     const op_event ev = event_of(ch, l, t0, 0, nullptr);
     if (observers_->start) detail::call_hook(observers_->start, ev);
-    if (observers_->trace) observers_->push_waits(counters_.waits());
+    if (observers_->trace) observers_->push_waits(counters_.waits(), size());
   }
   TUTTI_COLD void observe_end(const channel<Transport>& ch, const op_label& l, std::int64_t t0, std::int64_t t1,
                               const std::exception* e) {
@@ -998,7 +997,6 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
     if (!observers_) observers_ = std::make_unique<detail::observers>();
     (*observers_).*which = std::move(f);
     observers_->context = context_;
-    observers_->size = size();
     if (observers_->empty()) observers_.reset();
   }
 
@@ -1190,7 +1188,6 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
     if (!observers_) return;
     c.observers_ = std::make_unique<detail::observers>(*observers_);
     c.observers_->context = c.context_;
-    c.observers_->size = c.size();
     c.observers_->waits_at_start.clear();
   }
 

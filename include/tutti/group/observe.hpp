@@ -148,8 +148,7 @@ struct observers {
   /// The trace's snapshots of the per-peer waits (1 + size entries) when each operation in
   /// progress began, innermost last (a call may run another: new_group's all_gather).
   std::vector<std::vector<std::int64_t>> waits_at_start;
-  int size = 0;
-  void push_waits(const std::atomic<std::int64_t>* waits) {
+  void push_waits(const std::atomic<std::int64_t>* waits, int size) {
     std::vector<std::int64_t> w(static_cast<std::size_t>(size) + 1);
     for (std::size_t k = 0; k < w.size(); ++k) w[k] = waits[k].load(std::memory_order_relaxed);
     waits_at_start.push_back(std::move(w));
