@@ -75,19 +75,19 @@ case_env_three_ranks() {
 }
 
 case_env_second_node() {
-  run --nnodes 2 --node-rank 1 --nproc-per-node 2 --master-addr 10.1.2.3 --master-port 29512 \
+  run --nnodes 2 --node-rank 1 --nproc-per-node 2 --master-addr 127.0.0.3 --master-port 29512 \
     --no-prefix sh -c 'echo $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $GROUP_RANK $NODE_RANK $MASTER_ADDR $MASTER_PORT $TUTTI_JOB_ID $TUTTI_JOB_TOKEN'
   expect_rc 0
-  expect_match "$out" '^2 4 0 2 1 1 10\.1\.2\.3 29512 [0-9a-f]{16} [0-9a-f]{32}$'
-  expect_match "$out" '^3 4 1 2 1 1 10\.1\.2\.3 29512 [0-9a-f]{16} [0-9a-f]{32}$'
+  expect_match "$out" '^2 4 0 2 1 1 127\.0\.0\.3 29512 [0-9a-f]{16} [0-9a-f]{32}$'
+  expect_match "$out" '^3 4 1 2 1 1 127\.0\.0\.3 29512 [0-9a-f]{16} [0-9a-f]{32}$'
   # Node 0 of the same job derives the same id and token from master addr:port.
   local node1=$(cut -d' ' -f9,10 "$out" | sort -u)
-  run --nnodes=2 --node-rank=0 --master-addr=10.1.2.3 --master-port=29512 --no-prefix \
+  run --nnodes=2 --node-rank=0 --master-addr=127.0.0.3 --master-port=29512 --no-prefix \
     sh -c 'echo $TUTTI_JOB_ID $TUTTI_JOB_TOKEN'
   [[ $(cat "$out") == "$node1" ]] || bad "node 0 has '$(cat "$out")', node 1 '$node1'"
   # That token is not secret: tuttirun says so, and not when a token is given.
   expect_match "$err" 'warning: no TUTTI_JOB_TOKEN with --nnodes > 1'
-  TUTTI_JOB_TOKEN=mine run --nnodes=2 --node-rank=0 --master-addr=10.1.2.3 --master-port=29512 --no-prefix \
+  TUTTI_JOB_TOKEN=mine run --nnodes=2 --node-rank=0 --master-addr=127.0.0.3 --master-port=29512 --no-prefix \
     sh -c 'echo $TUTTI_JOB_TOKEN'
   expect_line "$out" "mine"
   grep -q 'warning' "$err" && bad "a warning although TUTTI_JOB_TOKEN is set: $(cat "$err")"

@@ -47,8 +47,8 @@ if (($# > 0)); then  # an MPI job: mpirun starts it, tuttirun --dump=DIR reads i
   wait $job 2>/dev/null
   out=$("$tuttirun" --dump="$dir" 2>&1)
   echo "--- mpi count"; echo "$out"
-  # mpirun ends the other ranks as soon as one exits: the two that found the difference save
-  # their records first, the others may be killed before they learn of it.
+  # mpirun ends the other ranks as soon as one exits (the program's failing ranks wait a second
+  # for the others); those that learn of the difference from a peer may still be killed first.
   check "mpi count: rank 2's call with count=999, from its saved records" \
     "grep -q 'all_reduce(.*) #3 count=999' <<<\"\$out\""
   check "mpi count: beside another rank's count=1000, the cause is the different arguments" \

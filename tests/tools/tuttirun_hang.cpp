@@ -81,6 +81,26 @@ TEST_CASE("tuttirun hang report: calls made differently are shown side by side")
   CHECK(has(text, "cause: communicator 0: the ranks called #5 with different arguments"));
 }
 
+TEST_CASE("tuttirun hang report: the call ranks failed in comes before an earlier one a slow rank is still in") {
+  // Ranks 2 and 3 found their counts differ in all_reduce #3 and failed; rank 1 has not yet left
+  // barrier #2 (a loaded machine), which is no hang.
+  using tutti::collective;
+  std::vector<flight_process> procs;
+  procs.push_back(rank_with(0, 4, {op(collective::barrier, 2, flight_state::done, now - 2 * s),
+                                   op(collective::all_reduce, 3, flight_state::running, now - s)}));
+  procs.push_back(rank_with(1, 4, {op(collective::barrier, 2, flight_state::running, now - 2 * s)}));
+  for (int r : {2, 3})
+    procs.push_back(rank_with(r, 4, {op(collective::barrier, 2, flight_state::done, now - 2 * s),
+                                     op(collective::all_reduce, 3, flight_state::failed, now - s, r == 2 ? 999 : 1000)}));
+  const std::string text = hang_report(procs, now);
+  INFO(text);
+  CHECK(has(text, "oldest call some rank failed in: all_reduce(ring) #3"));
+  CHECK(has(text, "rank 2: all_reduce(ring) #3 count=999"));
+  CHECK(has(text, "rank 3: all_reduce(ring) #3 count=1000"));
+  CHECK(has(text, "never entered it: rank 1: in barrier(ring) #2"));
+  CHECK(has(text, "cause: communicator 0: the ranks called #3 with different arguments"));
+}
+
 TEST_CASE("tuttirun hang report: a rank blocked in another communicator, and a rank without records") {
   using tutti::collective;
   std::vector<flight_process> procs;

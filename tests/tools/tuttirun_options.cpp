@@ -129,14 +129,19 @@ TEST_CASE("tuttirun options: the program starts at the first word that is not an
   }
 }
 
-TEST_CASE("tuttirun options: the restart rendezvous port") {
+TEST_CASE("tuttirun options: the rendezvous port") {
   SUBCASE("--master-port + 1 by default, with --nnodes > 1 and --max-restarts") {
     argv_array a{"--nnodes=2", "--master-port=29500", "--max-restarts=1", "prog"};
     CHECK(a.parse().opts.rdzv_port == 29501);
   }
-  SUBCASE("none without restarts, or on one node") {
+  SUBCASE("--master-port + 1 without restarts too (the job's hang report), none on one node") {
     argv_array nodes{"--nnodes=2", "--master-port=29500", "prog"};
-    CHECK(!nodes.parse().opts.rdzv_port);
+    const options across = nodes.parse().opts;
+    CHECK(across.rdzv_port == 29501);
+    CHECK(!restarts_across_nodes(across));
+    // No port left for it: without restarts the job runs without the rendezvous.
+    argv_array last{"--nnodes=2", "--master-port=65535", "prog"};
+    CHECK(!last.parse().opts.rdzv_port);
     argv_array one{"--max-restarts=3", "--master-port=29500", "prog"};
     const options o = one.parse().opts;
     CHECK(!o.rdzv_port);

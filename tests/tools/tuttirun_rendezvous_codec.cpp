@@ -46,6 +46,33 @@ failure_report victim_failure() {
   return r;
 }
 
+// A process with two communicators: one with a running all_reduce after a barrier, one empty;
+// numbers at the ends of their ranges.
+flight_process busy_process() {
+  flight_process p;
+  p.job_rank = 2, p.pid = 31337, p.has_records = true;
+  p.status = "stopped by SIGSTOP", p.source = "live";
+  flight_comm world;
+  world.rank = 2, world.size = 4, world.context = 0, world.total = 3, world.waiting = 1;
+  flight_op barrier;
+  barrier.fp.coll = tutti::collective::barrier, barrier.fp.seq = 2, barrier.fp.root = -1;
+  barrier.algorithm = "recursive_doubling";
+  barrier.start_ns = 1700000000000000000, barrier.end_ns = 1700000000000001000;
+  barrier.state = tutti::detail::flight_state::done;
+  flight_op reduce;
+  reduce.fp.context = ~std::uint64_t{0}, reduce.fp.seq = 3, reduce.fp.count = 1000, reduce.fp.shape = 1ull << 63;
+  reduce.fp.dtype = 0xffffffffu, reduce.fp.op = 1, reduce.fp.root = -2147483647 - 1, reduce.fp.algo = 7;
+  reduce.fp.coll = tutti::collective::all_reduce, reduce.fp.elem_size = 255;
+  reduce.algorithm = "";
+  reduce.start_ns = -5, reduce.end_ns = 0;
+  reduce.state = tutti::detail::flight_state::running;
+  world.ops = {barrier, reduce};
+  flight_comm group;
+  group.rank = 0, group.size = 1, group.context = 99;
+  p.comms = {world, group};
+  return p;
+}
+
 // One of each message, with and without the reports that may be left out.
 std::vector<rdzv_message> every_message() {
   return {
@@ -64,6 +91,15 @@ std::vector<rdzv_message> every_message() {
       rdzv_msg::end{4, 130, signal_failure()},
       rdzv_msg::abort{"node 1's tuttirun went away during attempt 0 (it closed the connection)"},
       rdzv_msg::refused{""},
+      rdzv_msg::dump{0, true, "rank 2 failed on node 1"},
+      rdzv_msg::dump{3, false, "tuttirun received SIGUSR1 on node 1"},
+      rdzv_msg::query{"00ff10ab", "tuttirun --dump"},
+      rdzv_msg::collect{7},
+      rdzv_msg::records{7, busy_process()},
+      rdzv_msg::records{7, flight_process{-1, 12, "gone", "exited without saving its records", {}, false}},
+      rdzv_msg::collected{7, 2},
+      rdzv_msg::report{7, "hang report (x): what\n  rank 0 (pid 1): running\n\tback\\slash \\n kept\r\n"},
+      rdzv_msg::report{8, ""},
   };
 }
 
@@ -81,7 +117,7 @@ std::string join(const std::vector<std::string_view>& fields, std::size_t count)
 TEST_SUITE_BEGIN("unit");
 
 TEST_CASE("tuttirun rendezvous codec: the lines are those older tuttiruns send and read") {
-  CHECK(encode(rdzv_msg::hello{"00ff10ab", 2, 1, 3}) == "hello\ttuttirun-rdzv/2\t00ff10ab\t2\t1\t3");
+  CHECK(encode(rdzv_msg::hello{"00ff10ab", 2, 1, 3}) == "hello\ttuttirun-rdzv/3\t00ff10ab\t2\t1\t3");
   CHECK(encode(rdzv_msg::welcome{}) == "welcome");
   CHECK(encode(rdzv_msg::refused{"no"}) == "refused\tno");
   CHECK(encode(rdzv_msg::failed{1, rank_failure()}) ==
@@ -95,6 +131,19 @@ TEST_CASE("tuttirun rendezvous codec: the lines are those older tuttiruns send a
   CHECK(encode(rdzv_msg::start{0, std::nullopt}) == "start\t0");
   CHECK(encode(rdzv_msg::end{3, 7, std::nullopt}) == "end\t3\t7");
   CHECK(encode(rdzv_msg::abort{"late"}) == "abort\tlate");
+  CHECK(encode(rdzv_msg::dump{2, true, "why"}) == "dump\t2\t1\twhy");
+  CHECK(encode(rdzv_msg::query{"ab", "why"}) == "query\tab\twhy");
+  CHECK(encode(rdzv_msg::collect{5}) == "collect\t5");
+  CHECK(encode(rdzv_msg::collected{5, 3}) == "collected\t5\t3");
+  CHECK(encode(rdzv_msg::report{5, "a\tb\nc\\n"}) == "report\t5\ta\\tb\\nc\\\\n");
+  CHECK(encode(rdzv_msg::records{5, flight_process{3, 9, "running", "live", {}, true}}) ==
+        "records\t5\t3\t9\t1\trunning\tlive\t0");
+  flight_process one = busy_process();
+  one.comms.resize(1);
+  one.comms[0].ops.resize(1);
+  CHECK(encode(rdzv_msg::records{5, one}) ==
+        "records\t5\t2\t31337\t1\tstopped by SIGSTOP\tlive\t1\t2\t4\t0\t3\t1\t1"
+        "\t0\t2\t0\t0\t0\t0\t-1\t0\t8\t0\trecursive_doubling\t1700000000000000000\t1700000000000001000\t2");
 }
 
 TEST_CASE("tuttirun rendezvous codec: every message reads back as it was written") {
@@ -179,9 +228,35 @@ TEST_CASE("tuttirun rendezvous codec: garbage and extra fields and other protoco
       "hello",
       "HELLO\ttuttirun-rdzv/1\t00ff\t2\t1\t3",
       "hello\ttuttirun-rdzv/1\t00ff\t2\t1\t3",  // an older tuttirun: its reports have ten fields
-      "hello\ttuttirun-rdzv/3\t00ff\t2\t1\t3",
-      "hello\ttuttirun-rdzv/2\t00ff\ttwo\t1\t3",
-      "hello\ttuttirun-rdzv/2\t00ff\t2\t1\t3\textra",
+      "hello\ttuttirun-rdzv/2\t00ff\t2\t1\t3",  // without the hang report's messages
+      "hello\ttuttirun-rdzv/4\t00ff\t2\t1\t3",
+      "hello\ttuttirun-rdzv/3\t00ff\ttwo\t1\t3",
+      "hello\ttuttirun-rdzv/3\t00ff\t2\t1\t3\textra",
+      "dump\t1\t2\twhy",   // FAILURE is 0 or 1
+      "dump\t1\t1",
+      "dump\t-1\t0\twhy",
+      "query\tab",
+      "query\tab\twhy\textra",
+      "collect",
+      "collect\t-1",
+      "collect\t1\t2",
+      "collected\t1",
+      "collected\t1\t-2",
+      "report\t1",
+      "report\t1\ta\tb",
+      "records\t1",
+      "records\t1\t3\t9\t1\trunning\tlive",
+      "records\t1\t3\t9\t1\trunning\tlive\t0\textra",
+      "records\t1\t3\t9\t2\trunning\tlive\t0",          // HAS_RECORDS is 0 or 1
+      "records\t1\t3\t9\t1\trunning\tlive\t65",         // more communicators than a table holds
+      "records\t1\t3\t9\t1\trunning\tlive\t1\t0\t1\t0\t0\t0\t65",  // more operations than a ring
+      "records\t1\t3\t9\t1\trunning\tlive\t1\t0\t1\t0\t0\t0\t1"    // an operation of no collective (200)
+      "\t0\t0\t0\t0\t0\t0\t-1\t0\t200\t0\tx\t1\t2\t1",
+      "records\t1\t3\t9\t1\trunning\tlive\t1\t0\t1\t0\t0\t0\t1"    // no such state (4)
+      "\t0\t0\t0\t0\t0\t0\t-1\t0\t2\t0\tx\t1\t2\t4",
+      "records\t1\t3\t9\t1\trunning\tlive\t1\t0\t1\t0\t0\t0\t1"    // a dtype past 32 bits
+      "\t0\t0\t0\t0\t4294967296\t0\t-1\t0\t2\t0\tx\t1\t2\t1",
+      "records\t1\t3\t9\t1\trunning\tlive\t1\t0\t1\t-1\t0\t0\t0",   // a negative context
       "hello tuttirun-rdzv/1 00ff 2 1 3",
       "welcome\t",
       "welcome\textra",
@@ -242,7 +317,8 @@ TEST_CASE("tuttirun rendezvous codec: random lines never break decode and what i
   std::mt19937 random(12345);
   SUBCASE("lines of 1-14 fields, from words a message might have and some it must not") {
     const std::string_view pieces[] = {"hello", "welcome", "refused", "failed", "done", "leave", "start",
-                                       "end", "abort", "tuttirun-rdzv/2", "0", "1", "-1", "7", "255",
+                                       "end", "abort", "dump", "query", "collect", "records", "collected",
+                                       "report", "tuttirun-rdzv/3", "0", "1", "-1", "7", "255", "\\n", "\\",
                                        "007", "x", "", " ", "1e3", "exited with status 7", "99999999999999999999"};
     for (int trial = 0; trial < 20000; ++trial) {
       std::string line;

@@ -40,6 +40,7 @@ struct flight_op {
   std::string algorithm;
   std::int64_t start_ns = 0, end_ns = 0;
   tutti::detail::flight_state state = tutti::detail::flight_state::empty;
+  bool operator==(const flight_op&) const = default;
 };
 
 // One communicator's records in one process, oldest first.
@@ -49,6 +50,7 @@ struct flight_comm {
   std::uint64_t total = 0;    // operations recorded in all
   std::uint64_t waiting = 0;  // posted, not started
   std::vector<flight_op> ops;
+  bool operator==(const flight_comm&) const = default;
 };
 
 // What the launcher knows of one process of the job.
@@ -59,6 +61,7 @@ struct flight_process {
   std::string source;          // "live", "saved when its call failed", or why there are no records
   std::vector<flight_comm> comms;
   bool has_records = false;
+  bool operator==(const flight_process&) const = default;
 };
 
 namespace hang_detail {
@@ -124,14 +127,19 @@ inline std::string hang_report(const std::vector<flight_process>& procs, std::in
 
   for (const auto& [key, members] : by_comm) {
     const std::uint64_t context = key.first;
-    // The oldest collective some member is in: its last collective, running or failed.
-    std::optional<std::uint64_t> stuck;
+    // The call to report: the oldest collective some member failed in (the failure names it; a
+    // rank still in an earlier one may only be slow to leave it), else the oldest some member
+    // is in (its last collective, running).
+    std::optional<std::uint64_t> failed_in, running_in;
     for (const auto& [p, c] : members) {
       const flight_op* last = nullptr;
       for (const flight_op& o : c->ops)
         if (is_collective(o)) last = &o;
-      if (last && last->state != flight_state::done && (!stuck || last->fp.seq < *stuck)) stuck = last->fp.seq;
+      if (!last || last->state == flight_state::done) continue;
+      std::optional<std::uint64_t>& oldest = last->state == flight_state::failed ? failed_in : running_in;
+      if (!oldest || last->fp.seq < *oldest) oldest = last->fp.seq;
     }
+    const std::optional<std::uint64_t> stuck = failed_in ? failed_in : running_in;
     std::vector<std::string> p2p;
     for (const auto& [p, c] : members)
       for (const flight_op& o : c->ops)
@@ -178,7 +186,8 @@ inline std::string hang_report(const std::vector<flight_process>& procs, std::in
         passed.push_back(name + ": went past it without a record of it");
       }
     }
-    out += "  oldest call some rank is in: " + op_text(*example) + "\n";
+    out += std::string(failed_in ? "  oldest call some rank failed in: " : "  oldest call some rank is in: ") +
+           op_text(*example) + "\n";
     out += "  in it (up to " + seconds(longest) + "): ";
     for (std::size_t i = 0; i < in_it.size(); ++i) out += (i ? ", " : "") + in_it[i];
     out += "\n";
@@ -233,6 +242,17 @@ inline std::string titled_report(const std::string& title, const std::vector<fli
     text += "  rank " + std::to_string(p.job_rank) + " (pid " + std::to_string(p.pid) + "): " + p.status +
             (p.has_records ? "" : ", " + p.source) + "\n";
   return text + hang_report(procs, now_ns);
+}
+
+// `text` on stderr, each line after "tuttirun: ", in one write.
+inline void say_lines(const std::string& text) {
+  std::string out;
+  for (std::size_t at = 0; at < text.size();) {
+    const std::size_t nl = text.find('\n', at);
+    out += "tuttirun: " + text.substr(at, nl == std::string::npos ? std::string::npos : nl - at) + "\n";
+    at = nl == std::string::npos ? text.size() : nl + 1;
+  }
+  write_all(STDERR_FILENO, out);
 }
 
 // --- reading the tables
@@ -407,45 +427,6 @@ inline long flight_dir_pid(const std::string& name) {
 inline bool flight_dir_owner_alive(const std::string& name) {
   const long pid = flight_dir_pid(name);
   return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH);
-}
-
-// `tuttirun --dump[=DIR]`: the report of the job whose ranks publish their tables in DIR; without
-// DIR, of the one tuttirun job running on this node (its TMPDIR/tuttirun-flight.* directory).
-inline int dump_job(std::string dir) {
-  if (dir.empty()) {
-    const char* tmp = std::getenv("TMPDIR");
-    const std::string base = tmp && *tmp ? tmp : "/tmp";
-    std::vector<std::string> found;
-    if (DIR* d = ::opendir(base.c_str())) {
-      while (dirent* e = ::readdir(d)) {
-        const std::string name = e->d_name;
-        if (flight_dir_owner_alive(name) &&
-            !read_flight_maps(base + "/" + name).empty())
-          found.push_back(base + "/" + name);
-      }
-      ::closedir(d);
-    }
-    if (found.empty()) {
-      write_all(STDERR_FILENO, "tuttirun: --dump: no tuttirun job with tutti ranks runs on this node (none of " + base +
-                                   "/tuttirun-flight.* has a rank's map); for ranks started otherwise, set "
-                                   "TUTTI_FLIGHT_MAP=DIR for them and run tuttirun --dump=DIR\n");
-      return exit_launcher_error;
-    }
-    if (found.size() > 1) {
-      std::string text = "tuttirun: --dump: " + std::to_string(found.size()) + " jobs run on this node; name one:\n";
-      for (const std::string& f : found) text += "  tuttirun --dump=" + f + "\n";
-      write_all(STDERR_FILENO, text);
-      return exit_usage;
-    }
-    dir = found.front();
-  }
-  const std::vector<flight_process> procs = read_flight_dir(dir);
-  if (procs.empty()) {
-    write_all(STDERR_FILENO, "tuttirun: --dump: no rank has published its flight recorder in " + dir + "\n");
-    return exit_launcher_error;
-  }
-  write_all(STDOUT_FILENO, titled_report("hang report of " + dir + ":", procs, tutti::detail::realtime_ns()));
-  return 0;
 }
 
 }  // namespace tuttirun

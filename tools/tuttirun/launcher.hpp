@@ -58,13 +58,33 @@ class launcher {
 
   int run() {
     make_flight_dir();
+    write_rendezvous_note();
+    if (rdzv_) rdzv_->local_records = [this] { return local_records(); };
     const int code = run_attempts();
+    settle_reports();
     if (rdzv_) rdzv_->finish();
     remove_flight_dir();
     return code;
   }
 
  private:
+  // A job report being gathered (node 0) or awaited (another node) when the ranks are done is
+  // finished first: it is bounded by report_wait.
+  void settle_reports() {
+    while (rdzv_ && rdzv_->busy()) {
+      std::vector<pollfd> fds;
+      rdzv_->add_fds(fds);
+      const auto d = rdzv_->deadline();
+      if (::poll(fds.data(), fds.size(), d ? poll_ms_until(*d) : 100) < 0 && errno != EINTR) return;
+      rdzv_->on_poll(fds.data());
+      rdzv_->on_time();
+    }
+  }
+
+  // Across nodes with --max-restarts, node 0's rendezvous decides every attempt; without, it
+  // carries the hang report only.
+  bool coordinated() const { return rdzv_ && restarts_across_nodes(o_); }
+
   struct attempt_outcome {
     bool restart;
     int exit_code;  // when not restarting
@@ -73,7 +93,8 @@ class launcher {
 
   // Attempt 0 and, with --max-restarts, the restarts; across nodes, as node 0 decides.
   int run_attempts() {
-    if (rdzv_) {
+    if (rdzv_ && !coordinated()) rdzv_->join(sigfd_);  // returns at once: it only carries reports
+    if (coordinated()) {
       if (const int sig = rdzv_->join(sigfd_)) {
         say(std::string("received ") + signal_name(sig) + " while joining the other nodes: exiting");
         return 128 + sig;
@@ -84,7 +105,7 @@ class launcher {
     for (;;) {
       start_all();
       while (!finished()) step();
-      const attempt_outcome next = rdzv_ ? end_attempt_across_nodes() : end_attempt();
+      const attempt_outcome next = coordinated() ? end_attempt_across_nodes() : end_attempt();
       if (!next.restart) return next.exit_code;
       begin_attempt(next.next_attempt);
     }
@@ -175,6 +196,7 @@ class launcher {
   void begin_attempt(long long attempt) {
     close_streams();
     if (!flight_dir_.empty()) clear_dir(flight_dir_, false);  // the attempt before's maps and tables
+    write_rendezvous_note();
     attempt_ = attempt;
     ident_ = attempt_identity(o_, job_, attempt, ident_.port);
     ranks_.clear();
@@ -267,7 +289,7 @@ class launcher {
   // The first failure on this node in this attempt: across nodes, the others learn it at once.
   void note_local_failure(const failure_report& r) {
     local_failure_ = r;
-    if (rdzv_) rdzv_->report_failure(r);
+    if (coordinated()) rdzv_->report_failure(r);
   }
 
   // Node 0 says attempt k failed (on another node, or this one: then nothing is new).
@@ -308,7 +330,7 @@ class launcher {
   void note_signal(int sig) {
     if (signalled_) return;
     signalled_ = sig;
-    if (!rdzv_) return;
+    if (!coordinated()) return;
     failure_report r = base_report(128 + sig);
     r.what = "tuttirun on node " + std::to_string(o_.node_rank) + " received " + signal_name(sig);
     r.no_restart = true;
@@ -479,7 +501,7 @@ class launcher {
     if (sig == SIGUSR1) {  // "where is everybody": the ranks print their flight recorders
       say("received SIGUSR1, forwarding it to the ranks");
       signal_ranks(SIGUSR1);
-      print_hang_report("received SIGUSR1");
+      print_hang_report("tuttirun received SIGUSR1", false);
       return;
     }
     if (sig == SIGINT && ++sigints_ >= 2) {
@@ -524,7 +546,7 @@ class launcher {
       failed_.push_back(static_cast<std::size_t>(r - ranks_.begin()));
       if (!failure_ && !interrupted_ && !remote_failure_ && !aborted_) {
         say(who + describe_exit(wstatus));
-        print_hang_report("rank " + std::to_string(r->rank) + " failed");  // before stopped ranks are killed
+        print_hang_report("rank " + std::to_string(r->rank) + " failed", true);  // before stopped ranks are killed
         first_failed_ = failed_.back();
         note_local_failure(rank_report(*r));
         fail(exit_code_of(wstatus));
@@ -755,11 +777,11 @@ class launcher {
     flight_dir_.clear();
   }
 
-  // What this node's ranks were doing, from their flight tables (live where the process is, as
-  // saved where it failed and exited), printed as one report to stderr.
-  void print_hang_report(const std::string& why) {
-    if (flight_dir_.empty()) return;
+  // What this node's ranks are doing, from their flight tables (live where the process is, as
+  // saved where it failed and exited).
+  std::vector<flight_process> local_records() const {
     std::vector<flight_process> procs;
+    if (flight_dir_.empty()) return procs;
     const std::vector<flight_map_entry> maps = read_flight_maps(flight_dir_);
     for (const rank_process& r : ranks_) {
       flight_process p;
@@ -778,17 +800,31 @@ class launcher {
       else p.source = "no tutti communicator seen in it";
       procs.push_back(std::move(p));
     }
-    const std::string text = titled_report("hang report (" + why + "): what each rank of node " +
-                                               std::to_string(o_.node_rank) + " was doing",
-                                           procs, tutti::detail::realtime_ns());
-    std::string out;
-    std::size_t at = 0;
-    while (at < text.size()) {
-      const std::size_t nl = text.find('\n', at);
-      out += "tuttirun: " + text.substr(at, nl - at) + "\n";
-      at = nl == std::string::npos ? text.size() : nl + 1;
-    }
-    write_all(STDERR_FILENO, out);
+    return procs;
+  }
+
+  // The hang report, on stderr: the job's, gathered by node 0's tuttirun through the rendezvous
+  // (every node's records, taken now), or this node's alone when there is no other node or node
+  // 0's cannot be reached. `failure`: a rank of this attempt failed (else: SIGUSR1).
+  void print_hang_report(const std::string& why, bool failure) {
+    if (flight_dir_.empty()) return;
+    const std::string on_node = o_.nnodes > 1 ? " on node " + std::to_string(o_.node_rank) : "";
+    if (rdzv_ && rdzv_->want_report(why + on_node, failure, attempt_)) return;
+    say_lines(titled_report("hang report (" + why + "): what each rank of node " + std::to_string(o_.node_rank) +
+                                " was doing",
+                            local_records(), tutti::detail::realtime_ns()));
+  }
+
+  // With a rendezvous, `tuttirun --dump` on this node asks node 0's tuttirun for the job's report:
+  // DIR/rendezvous says where it is and the job's token (DIR is this user's alone, 0700).
+  void write_rendezvous_note() const {
+    if (flight_dir_.empty() || !rdzv_ || !o_.rdzv_port) return;
+    const std::string path = flight_dir_ + "/rendezvous";
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) return;
+    const auto* t = reinterpret_cast<const unsigned char*>(job_.token.data());
+    write_all(fd, o_.master_addr + "\t" + std::to_string(*o_.rdzv_port) + "\t" + to_hex(t, job_.token.size()) + "\n");
+    ::close(fd);
   }
 
   // SIGUSR1 goes to the running ranks' process groups, so that their own children get it too.
@@ -812,7 +848,7 @@ class launcher {
   int sigfd_;
   sigset_t child_mask_;
   struct sigaction child_sigpipe_;
-  std::unique_ptr<rendezvous> rdzv_;  // with --nnodes > 1 and --max-restarts
+  std::unique_ptr<rendezvous> rdzv_;  // with --nnodes > 1 (restarts with --max-restarts, reports)
   long long attempt_ = 0;             // TUTTI_RESTART_COUNT of the ranks running
   std::vector<rank_process> ranks_;
   std::optional<int> failure_;  // exit status decided by the first failing rank

@@ -2,8 +2,9 @@
 // `torchrun --nproc-per-node=N`. Linux only; needs nothing beyond libc and the standard library.
 // The parts: options.hpp (the command line), job.hpp (the job's identity and the ranks'
 // environment), spawn.hpp (starting a rank), output.hpp (its output), launcher.hpp (the poll loop
-// and restarts), rendezvous.hpp and rendezvous_codec.hpp (restarts across nodes), trace.hpp (the
-// ranks' timeline trace, TUTTI_TRACE).
+// and restarts), rendezvous.hpp and rendezvous_codec.hpp (restarts and reports across nodes),
+// hang_report.hpp and dump.hpp (the hang report), trace.hpp (the ranks' timeline trace,
+// TUTTI_TRACE).
 
 #include <signal.h>
 #include <unistd.h>
@@ -14,7 +15,7 @@
 #include <utility>
 
 #include "common.hpp"
-#include "hang_report.hpp"
+#include "dump.hpp"
 #include "job.hpp"
 #include "launcher.hpp"
 #include "options.hpp"

@@ -62,9 +62,9 @@ Options:
                       (and, with M > 1, the other nodes) at least this often,
                       which bounds how soon a failure is acted on
                       (0.001-86400, fractions allowed; default 0.1)
-  --rdzv-port=PORT    with M > 1 and --max-restarts: the port on A where node
-                      0's tuttirun serves the nodes' restart rendezvous (1-65535;
-                      default P+1, P the --master-port)
+  --rdzv-port=PORT    with M > 1: the port on A where node 0's tuttirun serves
+                      the nodes' rendezvous (restarts, the job's hang report)
+                      (1-65535; default P+1, P the --master-port)
   --rdzv-timeout=SECONDS
                       with M > 1 and --max-restarts: how long a node waits for
                       the others, to join and, once an attempt failed, to be
@@ -72,13 +72,16 @@ Options:
                       others exit with status 1, saying which (1-86400,
                       fractions allowed; default 300)
   --dump[=DIR]        print the hang report of a running job on this node and
-                      exit: what each rank is doing, per communicator the
-                      oldest call some rank is in, who never entered it and
+                      exit: what each rank is doing, per communicator the oldest
+                      call some rank failed or is in, who never entered it and
                       why, and calls the ranks made differently. Without DIR,
-                      the job of the tuttirun running on this node; with DIR,
-                      ranks started by any launcher with TUTTI_FLIGHT_MAP=DIR
-                      (e.g. mpirun -x TUTTI_FLIGHT_MAP=DIR). tuttirun prints
-                      the same report itself when a rank fails and on SIGUSR1
+                      the job of the tuttirun running on this node (with M > 1,
+                      the whole job's: node 0's tuttirun gathers every node's);
+                      with DIR, ranks started by any launcher with
+                      TUTTI_FLIGHT_MAP=DIR (e.g. mpirun -x
+                      TUTTI_FLIGHT_MAP=DIR). tuttirun prints the same report
+                      itself when a rank fails and on SIGUSR1 (with M > 1, node
+                      0's and the asking node's tuttirun print the whole job's)
   -h, --help          print this help and exit
   --version           print the version and exit
 
@@ -148,8 +151,9 @@ stops its ranks (as after a failure of its own), and once all nodes' ranks are
 gone, all start the next attempt, or all exit: a node with a failed rank with
 that rank's status, the others with the root cause's. A node's tuttirun that
 goes away, or does not join or finish within --rdzv-timeout, makes the others
-stop their ranks and exit with status 1, naming it. With N = 0 there is no
-rendezvous: each node ends on its own, as its ranks do.
+stop their ranks and exit with status 1, naming it. With N = 0 the rendezvous
+carries the hang report only: nothing waits for it, a node joins when it can,
+and each node ends on its own, as its ranks do.
 
 Trace (TUTTI_TRACE=DIR in tuttirun's environment, which the ranks inherit):
 each tutti process writes its ranks' operations to
@@ -188,7 +192,7 @@ struct options {
   bool keep_going = false;
   long long max_restarts = 0;
   double monitor_interval_s = 0.1;  // the longest poll() between looks at the ranks
-  std::optional<int> rdzv_port;     // with nnodes > 1 and restarts: set by parse_args
+  std::optional<int> rdzv_port;     // with nnodes > 1: set by parse_args
   double rdzv_timeout_s = 300;
   std::vector<char*> program;  // argv of the ranks, null-terminated
   std::string dump_dir;        // --dump=DIR (empty: the running tuttirun job of this node)
@@ -304,12 +308,14 @@ inline command_line parse_args(int argc, char** argv) {
                      std::to_string(o.nnodes));
   if (o.nnodes > 1 && !o.master_port)
     throw usage_error("--master-port is required with --nnodes > 1 (every node must use the same port)");
-  if (restarts_across_nodes(o)) {
-    if (!o.rdzv_port && *o.master_port == 65535)
+  if (o.nnodes > 1) {
+    // Without restarts the rendezvous carries the job's hang report only: a job that leaves no
+    // port for it runs without it.
+    if (!o.rdzv_port && *o.master_port == 65535 && restarts_across_nodes(o))
       throw usage_error("--master-port=65535 leaves no port for the restart rendezvous (--master-port + 1): "
                         "give --rdzv-port");
-    if (!o.rdzv_port) o.rdzv_port = *o.master_port + 1;
-    if (*o.rdzv_port == *o.master_port)
+    if (!o.rdzv_port && *o.master_port < 65535) o.rdzv_port = *o.master_port + 1;
+    if (o.rdzv_port && *o.rdzv_port == *o.master_port)
       throw usage_error("--rdzv-port=" + std::to_string(*o.rdzv_port) +
                         " must differ from --master-port (rank 0's store listens there)");
   }

@@ -1,5 +1,6 @@
-// tuttirun: the restart rendezvous across nodes over sockets: node 0's server (rdzv_server), the
-// other nodes' client (rdzv_client), and what the launcher sees of both (rendezvous).
+// tuttirun: the rendezvous across nodes over sockets: node 0's server (rdzv_server), the other
+// nodes' client (rdzv_client), and what the launcher sees of both (rendezvous). It restarts the
+// nodes together (--max-restarts) and gathers the job's hang report node by node.
 #pragma once
 
 #include <netdb.h>
@@ -15,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,16 +31,29 @@
 
 namespace tuttirun {
 
-// With --nnodes > 1 and --max-restarts > 0, every other node's tuttirun keeps one connection to
-// node 0's (the lines they exchange: rendezvous_codec.hpp). Node 0 takes part like the others,
-// through direct calls; every decision is node 0's, so the nodes always agree on what comes next.
-// `events` hands them to the launcher.
+// With --nnodes > 1, every other node's tuttirun keeps one connection to node 0's (the lines
+// they exchange: rendezvous_codec.hpp). With --max-restarts > 0 (`coordinated`) node 0 takes
+// part like the others, through direct calls; every decision is node 0's, so the nodes always
+// agree on what comes next; `events` hands them to the launcher. Without, the connection carries
+// the hang report only: the nodes start at once (a node connects when it can, retrying, and
+// without it prints its own node's report) and end on their own, as their ranks do.
+//
+// The job's hang report: a node that wants it (a rank failed there, SIGUSR1) says `dump`, and
+// `tuttirun --dump` on any node sends `query`; node 0 takes its own ranks' records, asks every
+// node for theirs (`collect`: each reads its ranks' flight tables at once, before it acts on
+// what follows, such as the failure that stops its ranks), and once all have answered or
+// `report_wait` passed prints one report (unless only `--dump` asked) and sends it to whoever
+// asked. One report per failed attempt: a node whose rank fails after it gets the same text.
 
 // A connection to node 0's rendezvous must say hello within this, and node 0 must welcome it.
 inline constexpr auto rdzv_hello_within = std::chrono::seconds(10);
 // How long the other nodes wait beyond node 0's own deadlines before they give up on it.
 inline constexpr auto rdzv_margin = std::chrono::seconds(10);
 inline constexpr std::size_t max_rdzv_strangers = 16;  // connections yet to say hello
+// How long node 0 waits for the nodes' records before it reports without those missing, and
+// how much longer a node that asked waits for the report before it prints its own node's.
+inline constexpr auto report_wait = std::chrono::seconds(3);
+inline constexpr auto report_margin = std::chrono::seconds(2);
 
 struct rdzv_event {
   enum class kind { start, failed, end, abort } what;
@@ -165,9 +180,22 @@ class rendezvous {
   virtual void leave(const std::string& why) = 0;
   // Before tuttirun exits: what is still to be sent goes out.
   virtual void finish() = 0;
+  // This node wants the job's hang report, printed on stderr (here and on node 0): `failure` when
+  // a rank of `attempt` failed, else on SIGUSR1. False when the rendezvous cannot give it (not
+  // connected): the caller prints its own node's.
+  virtual bool want_report(const std::string& why, bool failure, long long attempt) = 0;
+  // A report is being gathered or awaited: tuttirun lets it finish before it exits.
+  virtual bool busy() const = 0;
 
   std::deque<rdzv_event> events;  // what the launcher is to act on, in order
+  // What this node's ranks are doing now (the launcher's local_records).
+  std::function<std::vector<flight_process>()> local_records;
 };
+
+// The title of the job's report.
+inline std::string job_report_title(const std::string& why) {
+  return "hang report (" + why + "): what each rank of the job was doing";
+}
 
 // Node 0's listening socket, on `host` (on every address when `host` is not one of this host's,
 // as the ranks' store does).
@@ -204,8 +232,48 @@ inline int listen_for_nodes(const std::string& host, int port) {
     ::close(s);
   }
   ::freeaddrinfo(res);
-  if (fd < 0) throw launcher_error("cannot serve the restart rendezvous on " + host_port_text(host, port) + ": " + why);
+  if (fd < 0) throw launcher_error("cannot serve the nodes' rendezvous on " + host_port_text(host, port) + ": " + why);
   return fd;
+}
+
+// One try to connect to `host`:`port`, each of its addresses waited for until `deadline` (at
+// most 5 s). Returns the socket; -1 with `why`, or -1 with `sig` when a signal came on `sigfd`
+// (-1: none is watched).
+inline int connect_once(const std::string& host, int port, steady_clock::time_point deadline, int sigfd, int& sig,
+                        std::string& why) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0) {
+    why = std::string("cannot resolve --master-addr: ") + ::gai_strerror(rc);
+    return -1;
+  }
+  for (addrinfo* ai = res; ai; ai = ai->ai_next) {
+    const int s = ::socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (s < 0) { why = errno_text("socket"); continue; }
+    if (::connect(s, ai->ai_addr, ai->ai_addrlen) == 0 || errno == EINPROGRESS) {
+      pollfd p[2] = {{s, POLLOUT, 0}, {sigfd, POLLIN, 0}};
+      ::poll(p, 2, std::max(1, std::min(poll_ms_until(deadline), 5000)));
+      if ((p[1].revents & POLLIN) && (sig = take_signal(sigfd))) {
+        ::close(s), ::freeaddrinfo(res);
+        return -1;
+      }
+      int err = ETIMEDOUT;
+      socklen_t len = sizeof err;
+      if (p[0].revents) ::getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len);
+      if (err == 0) {
+        ::freeaddrinfo(res);
+        tune_rdzv_socket(s);
+        return s;
+      }
+      why = std::strerror(err);
+    } else {
+      why = errno_text("connect");
+    }
+    ::close(s);
+  }
+  ::freeaddrinfo(res);
+  return -1;
 }
 
 // Connects to node 0's rendezvous, retrying while nothing listens there yet (node 0's tuttirun
@@ -214,36 +282,7 @@ inline int connect_to_node0(const options& o, steady_clock::time_point deadline,
   const std::string where = host_port_text(o.master_addr, *o.rdzv_port);
   std::string why = "no address";
   for (auto pause = std::chrono::milliseconds(10);; pause = std::min(pause * 2, std::chrono::milliseconds(500))) {
-    addrinfo hints{};
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* res = nullptr;
-    if (int rc = ::getaddrinfo(o.master_addr.c_str(), std::to_string(*o.rdzv_port).c_str(), &hints, &res); rc != 0)
-      why = std::string("cannot resolve --master-addr: ") + ::gai_strerror(rc), res = nullptr;
-    for (addrinfo* ai = res; ai; ai = ai->ai_next) {
-      const int s = ::socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-      if (s < 0) { why = errno_text("socket"); continue; }
-      if (::connect(s, ai->ai_addr, ai->ai_addrlen) == 0 || errno == EINPROGRESS) {
-        pollfd p[2] = {{s, POLLOUT, 0}, {sigfd, POLLIN, 0}};
-        ::poll(p, 2, std::max(1, std::min(poll_ms_until(deadline), 5000)));
-        if ((p[1].revents & POLLIN) && (sig = take_signal(sigfd))) {
-          ::close(s), ::freeaddrinfo(res);
-          return -1;
-        }
-        int err = ETIMEDOUT;
-        socklen_t len = sizeof err;
-        if (p[0].revents) ::getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len);
-        if (err == 0) {
-          ::freeaddrinfo(res);
-          tune_rdzv_socket(s);
-          return s;
-        }
-        why = std::strerror(err);
-      } else {
-        why = errno_text("connect");
-      }
-      ::close(s);
-    }
-    if (res) ::freeaddrinfo(res);
+    if (const int s = connect_once(o.master_addr, *o.rdzv_port, deadline, sigfd, sig, why); s >= 0 || sig) return s;
     if (steady_clock::now() >= deadline)
       throw launcher_error("cannot reach node 0's tuttirun at " + where + " (the restart rendezvous, --rdzv-port) within " +
                            seconds_text(o.rdzv_timeout_s) + " s (--rdzv-timeout): " + why +
@@ -264,14 +303,17 @@ inline std::string node_list(const std::vector<long long>& nodes) {
 class rdzv_server final : public rendezvous {
  public:
   rdzv_server(const options& o, const std::string& token)
-      : o_(o), token_hex_(to_hex(reinterpret_cast<const unsigned char*>(token.data()), token.size())),
+      : o_(o), coordinated_(restarts_across_nodes(o)),
+        token_hex_(to_hex(reinterpret_cast<const unsigned char*>(token.data()), token.size())),
         where_(host_port_text(o.master_addr, *o.rdzv_port)), listener_(listen_for_nodes(o.master_addr, *o.rdzv_port)),
-        joined_(static_cast<std::size_t>(o.nnodes), false), done_(static_cast<std::size_t>(o.nnodes)) {
+        joined_(static_cast<std::size_t>(o.nnodes), false), left_(static_cast<std::size_t>(o.nnodes), false),
+        done_(static_cast<std::size_t>(o.nnodes)) {
     joined_[0] = true;
   }
   ~rdzv_server() override { ::close(listener_); }
 
   int join(int) override {
+    if (!coordinated_) return 0;  // the nodes connect as they start; nothing waits for them
     say("restart rendezvous: serving on " + where_ + ", waiting for " +
         (o_.nnodes == 2 ? "node 1" : "nodes 1-" + std::to_string(o_.nnodes - 1)));
     deadline_ = steady_clock::now() + to_duration(o_.rdzv_timeout_s);
@@ -295,25 +337,30 @@ class rdzv_server final : public rendezvous {
     if (fds[0].revents & POLLIN) accept_nodes();
     std::erase_if(peers_, [](const std::unique_ptr<peer>& p) { return p->closed; });
     polled_ = 0;
+    if (collecting_ && all_answered()) end_collection();  // the last answer, or a node gone
   }
 
   std::optional<steady_clock::time_point> deadline() const override {
     std::optional<steady_clock::time_point> next = deadline_;
+    auto sooner = [&next](steady_clock::time_point t) {
+      if (!next || t < *next) next = t;
+    };
     for (const auto& p : peers_)
-      if (p->node < 0 && !p->closed && (!next || p->accepted + rdzv_hello_within < *next))
-        next = p->accepted + rdzv_hello_within;
+      if (p->node < 0 && !p->query && !p->closed) sooner(p->accepted + rdzv_hello_within);
+    if (collecting_) sooner(collecting_->until);
     return next;
   }
 
   void on_time() override {
     const auto now = steady_clock::now();
     for (auto& p : peers_)
-      if (p->node < 0 && !p->closed && now >= p->accepted + rdzv_hello_within) {
+      if (p->node < 0 && !p->query && !p->closed && now >= p->accepted + rdzv_hello_within) {
         log_refusal(*p, "it sent no hello within " + std::to_string(rdzv_hello_within.count()) + " s");
         p->closed = true;
       }
     std::erase_if(peers_, [](const std::unique_ptr<peer>& p) { return p->closed; });
     if (deadline_ && now >= *deadline_) abort(lateness());
+    if (collecting_ && (now >= collecting_->until || all_answered())) end_collection();
   }
 
   void report_failure(const failure_report& r) override { note_failure(r.attempt, r); }
@@ -329,14 +376,104 @@ class rdzv_server final : public rendezvous {
     for (auto& p : peers_) p->conn.drain(until);
   }
 
+  bool want_report(const std::string& why, bool failure, long long attempt) override {
+    request(nullptr, why, failure, attempt);
+    return true;
+  }
+  bool busy() const override { return collecting_.has_value(); }
+
  private:
   struct peer {
     peer(int fd, std::string from) : conn(fd, std::move(from)), accepted(steady_clock::now()) {}
     line_conn conn;
     long long node = -1;  // -1 until its hello is accepted
+    bool query = false;   // `tuttirun --dump`: it waits for the report, then its connection ends
+    bool wants_report = false;  // it asked for the report being gathered
     steady_clock::time_point accepted;
     bool closed = false;
   };
+
+  // A report being gathered: node 0's records, then the nodes' as they come.
+  struct collection {
+    long long id = 0;
+    std::string why;
+    bool failure = false;
+    bool print_here = false;  // a node asked (not only `tuttirun --dump`): node 0 prints it too
+    long long attempt = 0;
+    std::vector<flight_process> procs;
+    std::vector<bool> answered;  // per node
+    steady_clock::time_point until;
+  };
+
+  // `from` (a node's connection or a query; null: node 0 itself) wants the job's report.
+  void request(peer* from, const std::string& why, bool failure, long long attempt) {
+    if (failure && attempt == failure_reported_) {  // this attempt's report is made: the same text
+      if (from) send_report(*from, failure_report_id_, failure_report_text_);
+      return;
+    }
+    if (from) from->wants_report = true;
+    const bool print_here = !from || !from->query;
+    if (collecting_) {
+      collecting_->failure = collecting_->failure || failure;
+      collecting_->print_here = collecting_->print_here || print_here;
+      return;
+    }
+    collection c;
+    c.print_here = print_here;
+    c.id = next_collection_++;
+    c.why = why, c.failure = failure, c.attempt = attempt;
+    c.answered.assign(static_cast<std::size_t>(o_.nnodes), false);
+    c.answered[0] = true;
+    c.until = steady_clock::now() + report_wait;
+    broadcast(rdzv_msg::collect{c.id});  // first: a failure that stops the nodes' ranks comes after
+    if (local_records) c.procs = local_records();
+    collecting_ = std::move(c);
+    if (all_answered()) end_collection();
+  }
+
+  bool connected(long long node) const {
+    return std::any_of(peers_.begin(), peers_.end(), [node](const auto& p) { return p->node == node && !p->closed; });
+  }
+  // Every node answered, or left (its tuttirun ended); one yet to join may still (it started
+  // later, or is retrying) and is waited for until the collection's end.
+  bool all_answered() const {
+    for (long long n = 1; n < o_.nnodes; ++n)
+      if (!collecting_->answered[static_cast<std::size_t>(n)] && !left_[static_cast<std::size_t>(n)]) return false;
+    return true;
+  }
+
+  void send_report(peer& p, long long id, const std::string& text) {
+    p.conn.send(encode(rdzv_msg::report{id, text}));
+    if (p.query) {  // its only question
+      p.conn.drain(steady_clock::now() + std::chrono::seconds(1));
+      p.closed = true;
+    }
+  }
+
+  // Every node answered or the wait is over: one report, printed here and sent to who asked.
+  void end_collection() {
+    collection c = std::move(*collecting_);
+    collecting_.reset();
+    std::vector<long long> silent;
+    for (long long n = 1; n < o_.nnodes; ++n)
+      if (!c.answered[static_cast<std::size_t>(n)]) silent.push_back(n);
+    std::sort(c.procs.begin(), c.procs.end(), [](const flight_process& a, const flight_process& b) {
+      return a.job_rank != b.job_rank ? a.job_rank < b.job_rank : a.pid < b.pid;
+    });
+    std::string title = job_report_title(c.why);
+    if (!silent.empty())
+      title += " (" + node_list(silent) + " did not answer within " + std::to_string(report_wait.count()) +
+               " s: its tuttirun not connected to this one (ended, or not reached), or busy; its ranks are missing "
+               "below)";
+    const std::string text = titled_report(title, c.procs, tutti::detail::realtime_ns());
+    if (c.print_here) say_lines(text);
+    for (auto& p : peers_)
+      if (p->wants_report && !p->closed) {
+        p->wants_report = false;
+        send_report(*p, c.id, text);
+      }
+    if (c.failure) failure_reported_ = c.attempt, failure_report_id_ = c.id, failure_report_text_ = text;
+  }
 
   void accept_nodes() {
     while (true) {
@@ -367,7 +504,26 @@ class rdzv_server final : public rendezvous {
 
   void handle(peer& p, const std::string& line) {
     const std::optional<rdzv_message> m = decode(line);
-    if (p.node < 0) return hello(p, message_as<rdzv_msg::hello>(m));
+    if (p.query) return;  // it asked its question
+    if (p.node < 0) {
+      if (const auto* q = message_as<rdzv_msg::query>(m)) return query(p, *q);
+      return hello(p, message_as<rdzv_msg::hello>(m));
+    }
+    if (const auto* r = message_as<rdzv_msg::records>(m)) {
+      if (collecting_ && collecting_->id == r->id) collecting_->procs.push_back(r->process);
+      return;
+    }
+    if (const auto* c = message_as<rdzv_msg::collected>(m)) {
+      if (collecting_ && collecting_->id == c->id) collecting_->answered[static_cast<std::size_t>(p.node)] = true;
+      return;
+    }
+    if (const auto* d = message_as<rdzv_msg::dump>(m)) return request(&p, d->why, d->failure, d->attempt);
+    if (!coordinated_) {  // the report is all this rendezvous carries: nothing else ends the job
+      say("rendezvous: node " + std::to_string(p.node) + "'s tuttirun sent a line this one does not understand ('" +
+          one_field(line.substr(0, 60)) + "'): do all nodes run the same tuttirun? No job report from it");
+      p.closed = true;
+      return;
+    }
     if (const auto* f = message_as<rdzv_msg::failed>(m)) return note_failure(f->attempt, f->report);
     if (const auto* d = message_as<rdzv_msg::done>(m))
       return note_done(p.node, d->attempt, d->code, d->first, d->first ? std::vector{*d->first} : std::vector<failure_report>{});
@@ -377,6 +533,19 @@ class rdzv_server final : public rendezvous {
     }
     abort("node " + std::to_string(p.node) + "'s tuttirun sent a line this one does not understand ('" +
           one_field(line.substr(0, 60)) + "'): do all nodes run the same tuttirun?");
+  }
+
+  // `tuttirun --dump` on some node: with the job's token, it gets the report.
+  void query(peer& p, const rdzv_msg::query& q) {
+    if (q.token_hex != token_hex_) {
+      log_refusal(p, "a report query with the wrong job token");
+      p.conn.send(encode(rdzv_msg::refused{"wrong job token"}));
+      p.conn.drain(steady_clock::now() + std::chrono::seconds(1));
+      p.closed = true;
+      return;
+    }
+    p.query = true;
+    request(&p, q.why, false, attempt_);
   }
 
   // A new connection's first line: `h`, or null when it was not a hello of this protocol.
@@ -409,8 +578,10 @@ class rdzv_server final : public rendezvous {
     }
     p.node = h->node;
     joined_[static_cast<std::size_t>(h->node)] = true;
+    left_[static_cast<std::size_t>(h->node)] = false;
     p.conn.send(encode(rdzv_msg::welcome{}));
-    if (std::all_of(joined_.begin(), joined_.end(), [](bool j) { return j; })) start(0, std::nullopt);
+    if (collecting_) p.conn.send(encode(rdzv_msg::collect{collecting_->id}));  // it joined late
+    if (coordinated_ && std::all_of(joined_.begin(), joined_.end(), [](bool j) { return j; })) start(0, std::nullopt);
   }
 
   void log_refusal(const peer& p, const std::string& why) {
@@ -493,7 +664,12 @@ class rdzv_server final : public rendezvous {
 
   void lost(peer& p, const std::string& why) {
     p.closed = true;
-    if (p.node < 0) return;  // a stranger, or a node that was refused
+    if (p.node < 0) return;  // a stranger, a query, or a node that was refused
+    if (!coordinated_) {     // its ranks end on their own; it is no longer asked for records
+      joined_[static_cast<std::size_t>(p.node)] = false;
+      left_[static_cast<std::size_t>(p.node)] = true;
+      return;
+    }
     abort("node " + std::to_string(p.node) + "'s tuttirun went away " +
           (started_ ? "during attempt " + std::to_string(attempt_) : std::string("before the job started")) + " (" +
           why + "): the job ends on every node");
@@ -518,11 +694,13 @@ class rdzv_server final : public rendezvous {
   }
 
   const options o_;
+  const bool coordinated_;  // restarts across nodes (else: reports only)
   std::string token_hex_, where_;
   int listener_;
   std::vector<std::unique_ptr<peer>> peers_;
   std::size_t polled_ = 0;  // the peers add_fds() handed to poll()
   std::vector<bool> joined_;
+  std::vector<bool> left_;  // reports only: its tuttirun was connected, and went away
   std::vector<std::optional<int>> done_;  // each node's status for the current attempt
   long long attempt_ = 0;
   bool started_ = false, decided_ = false, no_restart_ = false;
@@ -530,16 +708,26 @@ class rdzv_server final : public rendezvous {
   std::vector<failure_report> seen_;     // the nodes' judgements of their ranks' exits (note_done)
   std::optional<steady_clock::time_point> deadline_;
   int refusals_ = 0;
+  std::optional<collection> collecting_;
+  long long next_collection_ = 1;
+  long long failure_reported_ = -1;  // the attempt whose failure has had its report
+  long long failure_report_id_ = 0;
+  std::string failure_report_text_;
 };
 
 // Another node's side: one connection to node 0's tuttirun, which decides.
 class rdzv_client final : public rendezvous {
  public:
   rdzv_client(const options& o, const std::string& token)
-      : o_(o), token_hex_(to_hex(reinterpret_cast<const unsigned char*>(token.data()), token.size())),
+      : o_(o), coordinated_(restarts_across_nodes(o)),
+        token_hex_(to_hex(reinterpret_cast<const unsigned char*>(token.data()), token.size())),
         where_(host_port_text(o.master_addr, *o.rdzv_port)) {}
 
   int join(int sigfd) override {
+    if (!coordinated_) {  // reports only: connect when node 0's tuttirun listens, retrying meanwhile
+      try_connect();
+      return 0;
+    }
     say("restart rendezvous: joining node 0's tuttirun at " + where_);
     int sig = 0;
     const int fd = connect_to_node0(o_, steady_clock::now() + to_duration(o_.rdzv_timeout_s), sigfd, sig);
@@ -552,17 +740,24 @@ class rdzv_client final : public rendezvous {
   }
 
   void add_fds(std::vector<pollfd>& fds) override {
-    fds.push_back({conn_->fd(), static_cast<short>(POLLIN | (conn_->wants_out() ? POLLOUT : 0)), 0});
+    polled_ = conn_ != nullptr;
+    if (conn_) fds.push_back({conn_->fd(), static_cast<short>(POLLIN | (conn_->wants_out() ? POLLOUT : 0)), 0});
   }
 
   void on_poll(const pollfd* fds) override {
+    if (!polled_ || !conn_) return;
+    polled_ = false;
     if (fds[0].revents & POLLOUT) conn_->flush();
     if (!(fds[0].revents & (POLLIN | POLLHUP | POLLERR))) return;
     std::vector<std::string> lines;
     std::string why;
     const bool open = conn_->receive(lines, why);
     for (const std::string& line : lines)
-      if (!decided_) handle(line);
+      if (!decided_ && conn_) handle(line);
+    if (!coordinated_) {  // node 0's tuttirun ended (or refused this node): no more job reports
+      if (!open) conn_.reset(), gone_ = true;
+      return;
+    }
     if (!open && !decided_)
       give_up(welcomed_ ? "lost node 0's tuttirun (the restart rendezvous at " + where_ + ": " + why +
                               "): it exited or was killed, or its host is gone"
@@ -570,10 +765,28 @@ class rdzv_client final : public rendezvous {
                           "node: is --rdzv-port node 0's tuttirun's (and not, say, rank 0's store)?");
   }
 
-  std::optional<steady_clock::time_point> deadline() const override { return deadline_; }
+  std::optional<steady_clock::time_point> deadline() const override {
+    std::optional<steady_clock::time_point> next = deadline_;
+    for (const auto& t : {retry_at_, report_until_})
+      if (t && (!next || *t < *next)) next = t;
+    return next;
+  }
 
   void on_time() override {
-    if (deadline_ && steady_clock::now() >= *deadline_)
+    const auto now = steady_clock::now();
+    if (retry_at_ && now >= *retry_at_) try_connect();
+    if (report_until_ && now >= *report_until_) {
+      report_until_.reset();
+      say_lines(titled_report("hang report (" + report_why_ + "): node 0's tuttirun sent no job report within " +
+                                  std::to_string((report_wait + report_margin).count()) + " s; what each rank of node " +
+                                  std::to_string(o_.node_rank) + " was doing",
+                              pending_          ? *pending_
+                              : local_records ? local_records()
+                                              : std::vector<flight_process>{},
+                              tutti::detail::realtime_ns()));
+      pending_.reset();
+    }
+    if (deadline_ && now >= *deadline_)
       give_up("no word from node 0's tuttirun at " + where_ + " while waiting " + waiting_for_ + ": giving up");
   }
 
@@ -596,11 +809,66 @@ class rdzv_client final : public rendezvous {
     if (conn_) conn_->drain(steady_clock::now() + std::chrono::seconds(1));
   }
 
+  bool want_report(const std::string& why, bool failure, long long attempt) override {
+    if (!conn_ || !welcomed_) return false;
+    // Taken now, before this node acts on the failure: node 0's collect gets these.
+    if (local_records) pending_ = local_records();
+    report_why_ = why;
+    report_until_ = steady_clock::now() + report_wait + report_margin;
+    conn_->send(encode(rdzv_msg::dump{attempt, failure, why}));
+    return true;
+  }
+  bool busy() const override { return report_until_.has_value(); }
+
  private:
+  // Reports only: one try to reach node 0's tuttirun (a refused connection fails at once; an
+  // address that does not answer costs at most 200 ms), the next in 20 ms, doubling up to 0.5 s.
+  void try_connect() {
+    retry_at_.reset();
+    if (gone_ || conn_) return;
+    int sig = 0;
+    std::string why;
+    const int fd = connect_once(o_.master_addr, *o_.rdzv_port, steady_clock::now() + std::chrono::milliseconds(200),
+                                -1, sig, why);
+    if (fd < 0) {
+      retry_pause_ = std::min(retry_pause_ * 2, std::chrono::milliseconds(500));
+      retry_at_ = steady_clock::now() + retry_pause_;
+      return;
+    }
+    conn_ = std::make_unique<line_conn>(fd, where_);
+    conn_->send(encode(rdzv_msg::hello{token_hex_, o_.nnodes, o_.node_rank, o_.max_restarts}));
+  }
+
+  // Node 0 asks what this node's ranks are doing: as taken when this node asked for the report,
+  // else now.
+  void answer(long long id) {
+    std::vector<flight_process> procs =
+        pending_ ? std::move(*pending_) : local_records ? local_records() : std::vector<flight_process>{};
+    pending_.reset();
+    for (flight_process& p : procs) conn_->send(encode(rdzv_msg::records{id, std::move(p)}));
+    conn_->send(encode(rdzv_msg::collected{id, static_cast<long long>(procs.size())}));
+  }
+
   void handle(const std::string& line) {
     const std::optional<rdzv_message> m = decode(line);
     if (message_as<rdzv_msg::welcome>(m)) {
       welcomed_ = true;
+      return;
+    }
+    if (const auto* c = welcomed_ ? message_as<rdzv_msg::collect>(m) : nullptr) return answer(c->id);
+    if (const auto* r = welcomed_ ? message_as<rdzv_msg::report>(m) : nullptr) {
+      if (report_until_) say_lines(r->text);
+      report_until_.reset();
+      return;
+    }
+    if (!coordinated_) {  // a refusal, or a line of another tuttirun: no job reports, the job goes on
+      const auto* r = message_as<rdzv_msg::refused>(m);
+      say("rendezvous: " + (r ? "node 0's tuttirun at " + where_ + " refused this node: " + r->why
+                              : "node 0's tuttirun sent a line this one does not understand ('" +
+                                    one_field(line.substr(0, 60)) + "'): do all nodes run the same tuttirun?") +
+          "; no job report from this node");
+      conn_.reset();
+      gone_ = true;
       return;
     }
     if (const auto* r = message_as<rdzv_msg::refused>(m))
@@ -649,18 +917,34 @@ class rdzv_client final : public rendezvous {
   }
 
   const options o_;
+  const bool coordinated_;  // restarts across nodes (else: reports only)
   std::string token_hex_, where_;
   std::unique_ptr<line_conn> conn_;
   bool welcomed_ = false, decided_ = false;
+  bool polled_ = false;  // add_fds() handed the connection to poll()
+  bool gone_ = false;    // reports only: node 0's tuttirun ended, or refused this node
+  std::optional<steady_clock::time_point> retry_at_;  // reports only: the next try to connect
+  std::chrono::milliseconds retry_pause_{10};
+  std::optional<std::vector<flight_process>> pending_;  // this node's records, taken when it asked
+  std::optional<steady_clock::time_point> report_until_;  // it asked: the report is due by then
+  std::string report_why_;
   long long failed_attempt_ = -1;  // the last attempt node 0 said failed
   std::optional<steady_clock::time_point> deadline_;
   std::string waiting_for_;
 };
 
+// With --nnodes > 1 (and a port for it). Without --max-restarts a port node 0 cannot listen on
+// costs the job report only: the job runs, and each node prints its own.
 inline std::unique_ptr<rendezvous> make_rendezvous(const options& o, const job_identity& job) {
-  if (!restarts_across_nodes(o)) return nullptr;
-  if (o.node_rank == 0) return std::make_unique<rdzv_server>(o, job.token);
-  return std::make_unique<rdzv_client>(o, job.token);
+  if (o.nnodes < 2 || !o.rdzv_port) return nullptr;
+  if (o.node_rank != 0) return std::make_unique<rdzv_client>(o, job.token);
+  try {
+    return std::make_unique<rdzv_server>(o, job.token);
+  } catch (const launcher_error& e) {
+    if (restarts_across_nodes(o)) throw;
+    say(std::string(e.what()) + "; hang reports will cover each node alone");
+    return nullptr;
+  }
 }
 
 }  // namespace tuttirun
