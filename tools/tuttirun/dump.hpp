@@ -3,15 +3,15 @@
 #pragma once
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -29,9 +29,20 @@ inline constexpr auto query_within = std::chrono::seconds(15);
 // its launcher wrote host, port and the job's token there); nothing when there is none, or when
 // node 0's does not answer (said on stderr: the caller prints this node's part).
 inline std::optional<std::string> query_job(const std::string& dir) {
-  std::ifstream note(dir + "/rendezvous");
+  // Only a note this user's tuttirun wrote (its own, not a link, no one else may write it):
+  // another user's could send this one's --dump anywhere.
+  const int note = ::open((dir + "/rendezvous").c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (note < 0) return std::nullopt;
+  struct stat st {};
   std::string line;
-  if (!note || !std::getline(note, line)) return std::nullopt;
+  char buf[1024];
+  if (::fstat(note, &st) == 0 && st.st_uid == ::getuid() && (st.st_mode & 022) == 0 && S_ISREG(st.st_mode)) {
+    const ssize_t n = ::read(note, buf, sizeof buf - 1);
+    if (n > 0) line.assign(buf, static_cast<std::size_t>(n));
+  }
+  ::close(note);
+  if (const std::size_t nl = line.find('\n'); nl != std::string::npos) line.resize(nl);
+  if (line.empty()) return std::nullopt;
   const std::vector<std::string_view> f = split_fields(line);
   const auto port = f.size() == 3 ? field_int(f[1]) : std::nullopt;
   if (!port || *port < 1 || *port > 65535) return std::nullopt;
@@ -74,8 +85,9 @@ inline int dump_job(std::string dir) {
     if (DIR* d = ::opendir(base.c_str())) {
       while (dirent* e = ::readdir(d)) {
         const std::string name = e->d_name;
-        if (flight_dir_owner_alive(name) &&
-            !read_flight_maps(base + "/" + name).empty())
+        struct stat st {};
+        if (flight_dir_owner_alive(name) && ::lstat((base + "/" + name).c_str(), &st) == 0 && S_ISDIR(st.st_mode) &&
+            st.st_uid == ::getuid() && !read_flight_maps(base + "/" + name).empty())
           found.push_back(base + "/" + name);
       }
       ::closedir(d);

@@ -69,14 +69,18 @@ class launcher {
 
  private:
   // A job report being gathered (node 0) or awaited (another node) when the ranks are done is
-  // finished first: it is bounded by report_wait.
+  // finished first, for at most report_wait + report_margin (new questions meanwhile may go
+  // unanswered), or until a signal.
   void settle_reports() {
-    while (rdzv_ && rdzv_->busy()) {
-      std::vector<pollfd> fds;
+    const auto until = steady_clock::now() + report_wait + report_margin;
+    while (rdzv_ && rdzv_->busy() && steady_clock::now() < until) {
+      std::vector<pollfd> fds{{sigfd_, POLLIN, 0}};
       rdzv_->add_fds(fds);
-      const auto d = rdzv_->deadline();
-      if (::poll(fds.data(), fds.size(), d ? poll_ms_until(*d) : 100) < 0 && errno != EINTR) return;
-      rdzv_->on_poll(fds.data());
+      auto next = until;
+      if (const auto d = rdzv_->deadline(); d && *d < next) next = *d;
+      if (::poll(fds.data(), fds.size(), poll_ms_until(next)) < 0 && errno != EINTR) return;
+      if ((fds[0].revents & POLLIN) && take_signal(sigfd_)) return;
+      rdzv_->on_poll(fds.data() + 1);
       rdzv_->on_time();
     }
   }

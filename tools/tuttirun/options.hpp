@@ -64,7 +64,10 @@ Options:
                       (0.001-86400, fractions allowed; default 0.1)
   --rdzv-port=PORT    with M > 1: the port on A where node 0's tuttirun serves
                       the nodes' rendezvous (restarts, the job's hang report)
-                      (1-65535; default P+1, P the --master-port)
+                      for as long as it runs (1-65535; default P+1, P the
+                      --master-port: a job across nodes holds P and P+1 on
+                      node 0; without --max-restarts, a port already taken
+                      costs only the job's report across nodes)
   --rdzv-timeout=SECONDS
                       with M > 1 and --max-restarts: how long a node waits for
                       the others, to join and, once an attempt failed, to be

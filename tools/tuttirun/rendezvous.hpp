@@ -293,6 +293,14 @@ inline int connect_to_node0(const options& o, steady_clock::time_point deadline,
   }
 }
 
+// Whether two tokens are equal, in a time that does not depend on where they differ.
+inline bool same_token(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i)
+    diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
 inline std::string node_list(const std::vector<long long>& nodes) {
   std::string s = nodes.size() == 1 ? "node " : "nodes ";
   for (std::size_t i = 0; i < nodes.size(); ++i) s += (i ? ", " : "") + std::to_string(nodes[i]);
@@ -412,12 +420,14 @@ class rdzv_server final : public rendezvous {
       return;
     }
     if (from) from->wants_report = true;
-    const bool print_here = !from || !from->query;
-    if (collecting_) {
-      collecting_->failure = collecting_->failure || failure;
+    bool print_here = !from || !from->query;
+    if (collecting_ && (collecting_->failure || !failure)) {  // one report serves both
       collecting_->print_here = collecting_->print_here || print_here;
       return;
     }
+    // A failure while a report for SIGUSR1 or --dump is being gathered: that one starts again as
+    // the failure's, with records taken now (those who asked for it get this one).
+    if (collecting_) print_here = print_here || collecting_->print_here;
     collection c;
     c.print_here = print_here;
     c.id = next_collection_++;
@@ -454,17 +464,17 @@ class rdzv_server final : public rendezvous {
   void end_collection() {
     collection c = std::move(*collecting_);
     collecting_.reset();
-    std::vector<long long> silent;
+    std::vector<long long> silent, gone;
     for (long long n = 1; n < o_.nnodes; ++n)
-      if (!c.answered[static_cast<std::size_t>(n)]) silent.push_back(n);
+      if (!c.answered[static_cast<std::size_t>(n)]) (left_[static_cast<std::size_t>(n)] ? gone : silent).push_back(n);
     std::sort(c.procs.begin(), c.procs.end(), [](const flight_process& a, const flight_process& b) {
       return a.job_rank != b.job_rank ? a.job_rank < b.job_rank : a.pid < b.pid;
     });
     std::string title = job_report_title(c.why);
     if (!silent.empty())
       title += " (" + node_list(silent) + " did not answer within " + std::to_string(report_wait.count()) +
-               " s: its tuttirun not connected to this one (ended, or not reached), or busy; its ranks are missing "
-               "below)";
+               " s: not connected to this tuttirun, or busy; missing below)";
+    if (!gone.empty()) title += " (" + node_list(gone) + ": its tuttirun has ended; missing below)";
     const std::string text = titled_report(title, c.procs, tutti::detail::realtime_ns());
     if (c.print_here) say_lines(text);
     for (auto& p : peers_)
@@ -514,7 +524,9 @@ class rdzv_server final : public rendezvous {
       return;
     }
     if (const auto* c = message_as<rdzv_msg::collected>(m)) {
-      if (collecting_ && collecting_->id == c->id) collecting_->answered[static_cast<std::size_t>(p.node)] = true;
+      if (!collecting_ || collecting_->id != c->id) return;
+      collecting_->answered[static_cast<std::size_t>(p.node)] = true;
+      if (all_answered()) end_collection();  // now: a `done` read after it may end the job
       return;
     }
     if (const auto* d = message_as<rdzv_msg::dump>(m)) return request(&p, d->why, d->failure, d->attempt);
@@ -537,7 +549,7 @@ class rdzv_server final : public rendezvous {
 
   // `tuttirun --dump` on some node: with the job's token, it gets the report.
   void query(peer& p, const rdzv_msg::query& q) {
-    if (q.token_hex != token_hex_) {
+    if (!same_token(q.token_hex, token_hex_)) {
       log_refusal(p, "a report query with the wrong job token");
       p.conn.send(encode(rdzv_msg::refused{"wrong job token"}));
       p.conn.drain(steady_clock::now() + std::chrono::seconds(1));
@@ -556,7 +568,7 @@ class rdzv_server final : public rendezvous {
       p.closed = true;  // a stranger gets no answer
       return;
     }
-    if (h->token_hex != token_hex_) {
+    if (!same_token(h->token_hex, token_hex_)) {
       refusal = "wrong job token: its TUTTI_JOB_TOKEN differs from node 0's";
     } else if (h->nnodes != o_.nnodes) {
       refusal = "it has --nnodes=" + std::to_string(h->nnodes) + ", node 0 has --nnodes=" + std::to_string(o_.nnodes);
@@ -586,8 +598,8 @@ class rdzv_server final : public rendezvous {
 
   void log_refusal(const peer& p, const std::string& why) {
     if (refusals_ > 100) return;
-    say(++refusals_ > 100 ? "restart rendezvous: more refused connections, no longer logged"
-                          : "restart rendezvous: refused a connection from " + p.conn.peer() + ": " + why);
+    say(++refusals_ > 100 ? "rendezvous: more refused connections, no longer logged"
+                          : "rendezvous: refused a connection from " + p.conn.peer() + ": " + why);
   }
 
   void broadcast(const rdzv_message& m) {
@@ -722,6 +734,9 @@ class rdzv_client final : public rendezvous {
       : o_(o), coordinated_(restarts_across_nodes(o)),
         token_hex_(to_hex(reinterpret_cast<const unsigned char*>(token.data()), token.size())),
         where_(host_port_text(o.master_addr, *o.rdzv_port)) {}
+  ~rdzv_client() override {
+    if (connecting_ >= 0) ::close(connecting_);
+  }
 
   int join(int sigfd) override {
     if (!coordinated_) {  // reports only: connect when node 0's tuttirun listens, retrying meanwhile
@@ -740,20 +755,26 @@ class rdzv_client final : public rendezvous {
   }
 
   void add_fds(std::vector<pollfd>& fds) override {
-    polled_ = conn_ != nullptr;
+    polled_ = conn_ != nullptr || connecting_ >= 0;
     if (conn_) fds.push_back({conn_->fd(), static_cast<short>(POLLIN | (conn_->wants_out() ? POLLOUT : 0)), 0});
+    else if (connecting_ >= 0) fds.push_back({connecting_, POLLOUT, 0});
   }
 
   void on_poll(const pollfd* fds) override {
-    if (!polled_ || !conn_) return;
+    if (!polled_) return;
     polled_ = false;
+    if (connecting_ >= 0) {
+      if (fds[0].revents) connected();
+      return;
+    }
+    if (!conn_) return;
     if (fds[0].revents & POLLOUT) conn_->flush();
     if (!(fds[0].revents & (POLLIN | POLLHUP | POLLERR))) return;
     std::vector<std::string> lines;
     std::string why;
     const bool open = conn_->receive(lines, why);
     for (const std::string& line : lines)
-      if (!decided_ && conn_) handle(line);
+      if (conn_) handle(line);
     if (!coordinated_) {  // node 0's tuttirun ended (or refused this node): no more job reports
       if (!open) conn_.reset(), gone_ = true;
       return;
@@ -767,13 +788,14 @@ class rdzv_client final : public rendezvous {
 
   std::optional<steady_clock::time_point> deadline() const override {
     std::optional<steady_clock::time_point> next = deadline_;
-    for (const auto& t : {retry_at_, report_until_})
+    for (const auto& t : {retry_at_, report_until_, connecting_ >= 0 ? std::optional(connect_until_) : std::nullopt})
       if (t && (!next || *t < *next)) next = t;
     return next;
   }
 
   void on_time() override {
     const auto now = steady_clock::now();
+    if (connecting_ >= 0 && now >= connect_until_) retry_later();  // no answer: try again later
     if (retry_at_ && now >= *retry_at_) try_connect();
     if (report_until_ && now >= *report_until_) {
       report_until_.reset();
@@ -821,22 +843,54 @@ class rdzv_client final : public rendezvous {
   bool busy() const override { return report_until_.has_value(); }
 
  private:
-  // Reports only: one try to reach node 0's tuttirun (a refused connection fails at once; an
-  // address that does not answer costs at most 200 ms), the next in 20 ms, doubling up to 0.5 s.
+  // Reports only: node 0's tuttirun is reached without blocking the launcher's loop: its address
+  // resolved once, a non-blocking connect finished in on_poll (or given up after a second), the
+  // next try in 20 ms, doubling up to 1 s, for as long as the job runs.
   void try_connect() {
     retry_at_.reset();
-    if (gone_ || conn_) return;
-    int sig = 0;
-    std::string why;
-    const int fd = connect_once(o_.master_addr, *o_.rdzv_port, steady_clock::now() + std::chrono::milliseconds(200),
-                                -1, sig, why);
-    if (fd < 0) {
-      retry_pause_ = std::min(retry_pause_ * 2, std::chrono::milliseconds(500));
-      retry_at_ = steady_clock::now() + retry_pause_;
-      return;
+    if (gone_ || conn_ || connecting_ >= 0) return;
+    if (!address_) {
+      addrinfo hints{};
+      hints.ai_socktype = SOCK_STREAM;
+      addrinfo* res = nullptr;
+      if (::getaddrinfo(o_.master_addr.c_str(), std::to_string(*o_.rdzv_port).c_str(), &hints, &res) != 0 || !res) {
+        retry_pause_ = std::chrono::milliseconds(5000);  // a name that does not resolve: rarely again
+        retry_at_ = steady_clock::now() + retry_pause_;
+        return;
+      }
+      address_.emplace();
+      std::memcpy(&address_->first, res->ai_addr, res->ai_addrlen);
+      address_->second = res->ai_addrlen;
+      ::freeaddrinfo(res);
     }
+    const int fd = ::socket(address_->first.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return retry_later();
+    if (::connect(fd, reinterpret_cast<const sockaddr*>(&address_->first), address_->second) != 0 &&
+        errno != EINPROGRESS) {
+      ::close(fd);
+      return retry_later();
+    }
+    connecting_ = fd;
+    connect_until_ = steady_clock::now() + std::chrono::seconds(1);
+  }
+
+  // The connect in progress finished: the connection, or a later try.
+  void connected() {
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (::getsockopt(connecting_, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) return retry_later();
+    const int fd = connecting_;
+    connecting_ = -1;
+    tune_rdzv_socket(fd);
     conn_ = std::make_unique<line_conn>(fd, where_);
     conn_->send(encode(rdzv_msg::hello{token_hex_, o_.nnodes, o_.node_rank, o_.max_restarts}));
+  }
+
+  void retry_later() {
+    if (connecting_ >= 0) ::close(connecting_);
+    connecting_ = -1;
+    retry_pause_ = std::min(retry_pause_ * 2, std::chrono::milliseconds(1000));
+    retry_at_ = steady_clock::now() + retry_pause_;
   }
 
   // Node 0 asks what this node's ranks are doing: as taken when this node asked for the report,
@@ -855,12 +909,14 @@ class rdzv_client final : public rendezvous {
       welcomed_ = true;
       return;
     }
-    if (const auto* c = welcomed_ ? message_as<rdzv_msg::collect>(m) : nullptr) return answer(c->id);
     if (const auto* r = welcomed_ ? message_as<rdzv_msg::report>(m) : nullptr) {
       if (report_until_) say_lines(r->text);
       report_until_.reset();
+      pending_.reset();  // taken for this report; a later one takes its own
       return;
     }
+    if (decided_) return;  // the job is over: only the report asked for still counts
+    if (const auto* c = welcomed_ ? message_as<rdzv_msg::collect>(m) : nullptr) return answer(c->id);
     if (!coordinated_) {  // a refusal, or a line of another tuttirun: no job reports, the job goes on
       const auto* r = message_as<rdzv_msg::refused>(m);
       say("rendezvous: " + (r ? "node 0's tuttirun at " + where_ + " refused this node: " + r->why
@@ -925,6 +981,9 @@ class rdzv_client final : public rendezvous {
   bool gone_ = false;    // reports only: node 0's tuttirun ended, or refused this node
   std::optional<steady_clock::time_point> retry_at_;  // reports only: the next try to connect
   std::chrono::milliseconds retry_pause_{10};
+  std::optional<std::pair<sockaddr_storage, socklen_t>> address_;  // node 0's, resolved once
+  int connecting_ = -1;                                              // a connect in progress
+  steady_clock::time_point connect_until_;
   std::optional<std::vector<flight_process>> pending_;  // this node's records, taken when it asked
   std::optional<steady_clock::time_point> report_until_;  // it asked: the report is due by then
   std::string report_why_;
