@@ -497,6 +497,61 @@ TEST_CASE("peer_lost: a user op that throws in the middle of a reduction") {
   }
 }
 
+namespace {
+/// A user op that throws an int (not a std::exception) on one rank.
+struct int_throwing_max {
+  int throw_on = -1;
+  int me = -2;
+  float operator()(float a, float b) const {
+    if (me == throw_on) throw 42;
+    return a < b ? b : a;
+  }
+};
+}  // namespace
+
+TEST_CASE("a user op that throws what is not a std::exception fails the call as any other exception") {
+  // The thrower gets its 42 back; its call's record ends, on_error hears of it, the communicator
+  // breaks and the peers learn that rank 0 failed, and why (before, the record stayed running,
+  // the hooks heard nothing and a rank that caught the 42 could go on out of step).
+  for (int p : {2, 3}) {
+    std::vector<outcome> out(static_cast<std::size_t>(p));
+    std::string heard, after;
+    auto body = [&](auto& comm) {
+      comm.set_timeout(5s);
+      if (comm.rank() == 0) comm.on_error([&](const tutti::op_event& e) { heard = e.error ? e.error->what() : "?"; });
+      std::vector<float> v(8, float(comm.rank()));
+      try {
+        comm.reduce(view(v), 0, int_throwing_max{0, comm.rank()}, algo::direct{});
+      } catch (int caught) {
+        CHECK(caught == 42);
+        try {
+          comm.barrier();
+        } catch (const tutti::error& e) {
+          after = e.what();
+        }
+        throw std::runtime_error("rank 0 caught 42");
+      } catch (...) {
+        auto& me = out[static_cast<std::size_t>(comm.rank())];
+        me.k = classify(std::current_exception(), me.what);
+        throw;
+      }
+    };
+    CAPTURE(p);
+    const auto err = tutti::test::run_watched(p, body, "a user op throwing 42 inside reduce (direct)",
+                                              std::chrono::seconds(8));
+    CHECK_THROWS_AS(rethrow_if(err), std::runtime_error);
+    CHECK_MESSAGE(contains(heard, "not derived from std::exception"), heard);
+    CHECK_MESSAGE(contains(after, "communicator unusable after an earlier failure"), after);
+    for (int r = 1; r < p; ++r) {
+      const auto& o = out[static_cast<std::size_t>(r)];
+      CAPTURE(r);
+      CHECK_MESSAGE(o.k == kind::peer_lost, kind_name(o.k) << ": " << o.what);
+      CHECK_MESSAGE(contains(o.what, "rank 0 failed"), o.what);
+      CHECK_MESSAGE(contains(o.what, "not derived from std::exception"), o.what);
+    }
+  }
+}
+
 // ---- usage_error ---------------------------------------------------------------------------
 
 TEST_CASE("usage_error: arguments that can never work raised on every rank before any traffic") {

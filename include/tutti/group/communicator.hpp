@@ -36,6 +36,9 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
+#if defined(__GLIBCXX__)
+#include <cxxabi.h>  // abi::__forced_unwind
+#endif
 
 #include "tutti/algorithm/automatic.hpp"
 #include "tutti/algorithm/channel.hpp"
@@ -1019,7 +1022,24 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
     } catch (const std::exception& e) {
       fail_with(e, on_failure);
       throw;
+#if defined(__GLIBCXX__)
+    } catch (abi::__forced_unwind&) {  // a cancelled thread unwinds: nothing to say, nothing to stop
+      throw;
+#endif
+    } catch (...) {  // `throw 42` in a user op: the call fails as for any other exception
+      fail_with_foreign(on_failure);
+      throw;
     }
+  }
+  /// `guarded`'s failure by an exception not derived from std::exception (the program's own,
+  /// from a user op or an element type's copy): the same, with a text that says so; the caller
+  /// gets its own exception back.
+  template <class G>
+  TUTTI_COLD void fail_with_foreign(G& on_failure) {
+    const std::runtime_error e("rank " + std::to_string(rank()) +
+                               ": an exception not derived from std::exception left the call (thrown by the "
+                               "program's own code, such as a user op)");
+    fail_with(e, on_failure);
   }
   /// `guarded`'s failure: the table goes to the launcher (TUTTI_FLIGHT_MAP) before the peers learn
   /// (a launcher may end this process as soon as one of them fails: mpirun does; its record of

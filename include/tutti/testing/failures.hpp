@@ -204,7 +204,8 @@ void check_abort(Runner& run, report& rep, std::chrono::milliseconds within = st
 }
 
 /// One rank makes a usage error in the 4th of six calls of collective `C` (a root out of range;
-/// for unrooted collectives, `out` overlapping the end of `in`), catches it and carries on, as
+/// for all_to_all_v, an `in` longer than the sum of its send_counts; for other unrooted
+/// collectives, `out` overlapping the end of `in`), catches it and carries on, as
 /// a careless program would; the others call normally, then every rank calls a barrier. The
 /// erring rank raises usage_error at its 4th call; every other rank's first error is that
 /// usage_error (named first: "rank N failed with usage_error, so ..."), in the 4th call or a
@@ -241,6 +242,11 @@ void check_one_rank_usage(Runner& run, report& rep) {
           if (i == 3 && comm.rank() == erring) {
             if constexpr (row.rooted) {
               d.root = p;  // outside 0..p-1
+            } else if constexpr (C == collective::all_to_all_v) {
+              // An `in` longer than the sum of send_counts: it would send less than it holds.
+              both.assign(b.in.begin(), b.in.end());
+              both.push_back(T{});
+              d.in = view<const T, M>(both.data(), both.size());
             } else {
               both.resize(b.in.size() + b.out.size() - 1);  // out starts at in's last element
               d.in = view<const T, M>(both.data(), b.in.size());

@@ -134,11 +134,18 @@ TUTTI_DECL void inproc::receive(std::unique_lock<std::mutex>& lk, int peer, cons
   lk.unlock();
   try {
     consume(e->data, 0, e->h.bytes);  // the sender is parked until we mark it done
-  } catch (const std::exception& ex) {  // e.g. a user op that throws: release the sender
+  } catch (...) {  // e.g. a user op that throws (whatever it throws): release the sender
+    std::string why = "an exception not derived from std::exception";
+    try {
+      throw;
+    } catch (const std::exception& ex) {
+      why = ex.what();
+    } catch (...) {
+    }
     lk.lock();
     e->st = state::rejected;
     e->reason = toolkit::where(h, w.algorithm) + ": " + group_.name(rank()) + " failed while taking " +
-                group_.name(peer) + "'s message: " + ex.what();
+                group_.name(peer) + "'s message: " + why;
     world_->boxes[static_cast<std::size_t>(src)].cv.notify_all();
     throw;
   }
