@@ -52,17 +52,22 @@ job_report() { grep '^tuttirun:' "$logs/$1.$2" | sed -n '/what each rank of the 
 
 start late 3
 finish
-for k in 0 1; do
-  out=$(job_report late $k)
-  echo "--- late, node $k"; echo "$out"
-  check "late, node $k: one report of the job's four ranks" \
-    "[[ \$(grep -c '^tuttirun:   rank [0-3] (pid' <<<\"\$out\") -eq 4 ]]"
-  check "late, node $k: ranks 0, 1, 3 are in all_reduce #3" "grep -q 'in it (up to .*): rank 0.*rank 1.*rank 3' <<<\"\$out\""
-  check "late, node $k: rank 2 never entered it" \
-    "grep -q 'never entered it: rank 2: last finished barrier(.*) #2 .* ago; in its own code since' <<<\"\$out\""
-  check "late, node $k: the cause names rank 2" \
-    "grep -q 'cause: communicator 0: rank 2 has not entered all_reduce(.*) #3 count=1000' <<<\"\$out\""
-done
+out=$(job_report late 0)
+echo "--- late, node 0"; echo "$out"
+check "late, node 0: one report of the job's four ranks" \
+  "[[ \$(grep -c '^tuttirun:   rank [0-3] (pid' <<<\"\$out\") -eq 4 ]]"
+check "late, node 0: ranks 0, 1, 3 are in all_reduce #3" "grep -q 'in it (up to .*): rank 0.*rank 1.*rank 3' <<<\"\$out\""
+check "late, node 0: rank 2 never entered it" \
+  "grep -q 'never entered it: rank 2: last finished barrier(.*) #2 .* ago; in its own code since' <<<\"\$out\""
+check "late, node 0: the cause names rank 2" \
+  "grep -q 'cause: communicator 0: rank 2 has not entered all_reduce(.*) #3 count=1000' <<<\"\$out\""
+# Node 1 prints the job's report when node 0's tuttirun is still there to answer; when node 0's
+# ranks all failed first and it has ended (a slow machine: rank 3's deadline passes later), node
+# 1 prints its own node's. Either names rank 2.
+out=$(grep '^tuttirun:' "$logs/late.1" | sed -n '/hang report/,/^tuttirun: cause/p')
+echo "--- late, node 1"; echo "$out"
+check "late, node 1: a report whose cause names rank 2" \
+  "grep -q 'cause: communicator 0: rank 2 has not entered all_reduce(.*) #3 count=1000' <<<\"\$out\""
 
 start stop 3
 finish
