@@ -441,9 +441,6 @@ class rdzv_server final : public rendezvous {
     if (all_answered()) end_collection();
   }
 
-  bool connected(long long node) const {
-    return std::any_of(peers_.begin(), peers_.end(), [node](const auto& p) { return p->node == node && !p->closed; });
-  }
   // Every node answered, or left (its tuttirun ended); one yet to join may still (it started
   // later, or is retrying) and is waited for until the collection's end.
   bool all_answered() const {
