@@ -13,8 +13,9 @@
 /// |                | larger: two shot: copy in, post; rank r reduces block r of every slot  |
 /// |                | into its other half (and its output), post; everyone copies the other  |
 /// |                | blocks out.                                                            |
-/// |                | ≥ `single_copy_bytes` where peers' memory is readable (process_vm_readv): |
-/// |                | no windows; see `all_reduce_single_copy`.                              |
+/// |                | ≥ `single_copy_bytes` where peers' memory is readable (process_vm_readv) |
+/// |                | and the start-up speed vote found the kernel copy at least half as fast |
+/// |                | as a memcpy: no windows; see `all_reduce_single_copy`.                 |
 /// | reduce_scatter | copy in, post; reduce own block from every slot                        |
 /// | all_gather     | copy own block in, post; copy every block out                          |
 /// | broadcast      | root copies in and posts; the others copy out (and the root sees      |
@@ -126,7 +127,7 @@ struct shared_memory {
       return;
     }
     const int p = ch.size(), me = ch.rank();
-    if (single_copy && bytes >= single_copy_bytes && ph.single_copy()) return all_reduce_single_copy(ph, p, me, in, out, op);
+    if (single_copy && bytes >= single_copy_bytes && ph.single_copy_reduces()) return all_reduce_single_copy(ph, p, me, in, out, op);
     const std::size_t fit = std::min(ph.template elems<T>(1), std::max<std::size_t>(chunk_bytes / sizeof(T), 1));
     const std::size_t chunk = std::max<std::size_t>(fit / static_cast<std::size_t>(p), 1) * static_cast<std::size_t>(p);
     // Stream large out-of-place outputs past the cache (nothing re-reads them soon); in place,
@@ -198,7 +199,7 @@ struct shared_memory {
       g.each(0, n, [&](T* d, std::size_t at, std::size_t k) { reduce_slots<T>(ph, a, at, d, k, op); });
       return true;
     }
-    if (single_copy && bytes >= single_copy_bytes && ph.single_copy()) return false;
+    if (single_copy && bytes >= single_copy_bytes && ph.single_copy_reduces()) return false;
     const std::size_t fit = std::min(ph.template elems<T>(1), std::max<std::size_t>(chunk_bytes / sizeof(T), 1));
     const std::size_t chunk = std::max<std::size_t>(fit / static_cast<std::size_t>(p), 1) * static_cast<std::size_t>(p);
     const std::size_t piece = std::max<std::size_t>(own_piece_bytes / sizeof(T), 1);
@@ -727,6 +728,11 @@ struct shared_memory {
     bool single_copy() const {
       if constexpr (window_sources<transport_type>) return t_.single_copy();
       else return false;
+    }
+    /// Whether all_reduce should read that way too (a transport that does not say: where it can).
+    bool single_copy_reduces() const {
+      if constexpr (requires { t_.single_copy_reduces(); }) return t_.single_copy_reduces();
+      else return single_copy();
     }
     /// The transport's staging buffer `stage` (0..2), at least `bytes` long.
     std::byte* staging(int stage, std::size_t bytes) { return t_.staging(stage, bytes); }

@@ -69,10 +69,13 @@ struct control {
   std::atomic<std::uint32_t> shrink_gen;             // shrink: how many times this rank entered it
   std::atomic<std::uint32_t> shrink_decided;         // shrink: the generation whose members follow
   std::atomic<std::uint64_t> shrink_members;         // shrink: bit r set: old rank r is in the new job
+  std::atomic<std::uint32_t> probe_rate[2];          // start-up: MB/s of process_vm_readv and of memcpy
 };
 static_assert(sizeof(std::atomic<std::uint64_t>) * (fp_words + 1) <= line, "a phase's generation and fingerprint share one line");
 static_assert(sizeof(control) == 6 * line);
 inline constexpr std::uint64_t probe_magic = 0x7475747469636d61ull;  // "tutticma"
+/// The bytes the start-up speed vote copies both ways (startup.hpp's probe_single_copy).
+inline constexpr std::size_t probe_bytes = std::size_t{1} << 20;
 inline constexpr std::uint64_t no_source = ~std::uint64_t{0};
 
 /// A rank's notices: why it failed (written once, before its state turns failed) and its note

@@ -33,6 +33,7 @@ struct segment {
   bool oversubscribed = false;
   std::vector<std::uint64_t> sent, received;  // local copies of my ring heads (per dst) and tails (per src)
   bool single_copy = false;                   // peers' inputs may be read with process_vm_readv
+  bool fast_kernel_copy = false;              // and all_reduce too (the start-up speed vote)
   std::string single_copy_note;               // why (not), for TUTTI_DEBUG=info
   std::vector<std::byte> staging[3];          // where single-copy reads land
   std::string job_id;                         // this job's rendezvous name (shrink and groups derive new ones)

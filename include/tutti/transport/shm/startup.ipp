@@ -8,9 +8,12 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "tutti/bootstrap/local_rendezvous.hpp"
 #include "tutti/core/error.hpp"
@@ -48,7 +51,13 @@ TUTTI_COLD TUTTI_DECL void probe_single_copy(segment& seg, shm_options::mode wan
     seg.single_copy_note = "one rank: nothing to copy between processes";
     return;
   }
-  static const std::uint64_t word = probe_magic ^ static_cast<std::uint64_t>(::getpid());
+  // The probe buffer: its first word is the magic the others check, the whole of it what they
+  // time a kernel copy of (touched, as a user's buffer would be).
+  const bool vote = wanted && want == shm_options::mode::automatic;
+  const std::size_t speed_bytes = std::min(probe_bytes, seg.lay.opt.window_bytes);
+  // (Whole on every rank: a peer that votes reads it whatever this rank wants.)
+  std::vector<std::uint64_t> probe(std::max<std::size_t>(speed_bytes / sizeof(std::uint64_t), 1), 0x5a5a5a5a5a5a5a5aull);
+  probe[0] = probe_magic ^ static_cast<std::uint64_t>(::getpid());
   control& c = seg.ctl(me);
   if (wanted) {
     // Under Yama's ptrace_scope 1 only a declared tracer may read us; Open MPI declares the same.
@@ -58,7 +67,7 @@ TUTTI_COLD TUTTI_DECL void probe_single_copy(segment& seg, shm_options::mode wan
       std::fclose(f);
     }
   }
-  c.probe_address.store(reinterpret_cast<std::uintptr_t>(&word), std::memory_order_relaxed);
+  c.probe_address.store(reinterpret_cast<std::uintptr_t>(probe.data()), std::memory_order_relaxed);
   startup_barrier(seg, 1, timeout);
   // Where ranks outnumber cores the windows are faster (measured: 4 ranks on 2 cores), and every
   // rank must agree: a rank that shares its cores votes no.
@@ -73,10 +82,45 @@ TUTTI_COLD TUTTI_DECL void probe_single_copy(segment& seg, shm_options::mode wan
     else if (got != (probe_magic ^ static_cast<std::uint64_t>(seg.pids[static_cast<std::size_t>(r)]))) result = EIO;
     if (result) failed_peer = r;
   }
+  if (vote && result == 0) {
+    // The speed vote (see the declaration): one kernel copy of the next peer's probe buffer
+    // against a memcpy out of its window, best of three each, into the same cache-resident
+    // destination.
+    const int peer = (me + 1) % p;
+    const auto remote = seg.ctl(peer).probe_address.load(std::memory_order_relaxed);
+    std::vector<std::byte> to(speed_bytes);
+    auto best_seconds = [](auto&& copy) {
+      double best = 1e9;
+      for (int rep = 0; rep < 3; ++rep) {
+        const auto t0 = std::chrono::steady_clock::now();
+        copy();
+        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+      return std::max(best, 1e-9);
+    };
+    bool read_all = true;
+    const double kernel = best_seconds([&] {
+      iovec local_iov{to.data(), speed_bytes}, remote_iov{reinterpret_cast<void*>(remote), speed_bytes};
+      if (::process_vm_readv(seg.pids[static_cast<std::size_t>(peer)], &local_iov, 1, &remote_iov, 1, 0) !=
+          static_cast<ssize_t>(speed_bytes))
+        read_all = false;
+    });
+    const double user = best_seconds([&] { std::memcpy(to.data(), seg.window(peer), speed_bytes); });
+    const auto mb_per_s = [&](double seconds) {
+      return static_cast<std::uint32_t>(std::min(static_cast<double>(speed_bytes) / seconds / 1e6, 4e9));
+    };
+    c.probe_rate[0].store(std::max<std::uint32_t>(mb_per_s(kernel), 1), std::memory_order_relaxed);
+    c.probe_rate[1].store(mb_per_s(user), std::memory_order_relaxed);
+    if (!read_all) {
+      result = EIO;
+      failed_peer = peer;
+    }
+  }
   c.probe_result.store(result, std::memory_order_relaxed);
   c.probe_peer.store(failed_peer, std::memory_order_relaxed);
   startup_barrier(seg, 2, timeout);
   seg.single_copy = true;
+  seg.fast_kernel_copy = true;
   for (int r = 0; r < p && seg.single_copy; ++r) {
     const int res = seg.ctl(r).probe_result.load(std::memory_order_relaxed);
     if (res == 0) continue;
@@ -95,7 +139,20 @@ TUTTI_COLD TUTTI_DECL void probe_single_copy(segment& seg, shm_options::mode wan
                              "; seccomp, Yama ptrace_scope or a different user forbid it); large messages are "
                              "copied through the shared segment";
   }
-  if (seg.single_copy) seg.single_copy_note = "single copy on: every rank read every peer with process_vm_readv at start-up";
+  if (!seg.single_copy) return;
+  seg.single_copy_note = "single copy on: every rank read every peer with process_vm_readv at start-up";
+  // The speed vote: a rank that timed the kernel copy under half as fast as a memcpy out of a
+  // window keeps all_reduce on the windows (every rank reads the same rates: all agree).
+  for (int r = 0; r < p && seg.fast_kernel_copy; ++r) {
+    const auto kernel = seg.ctl(r).probe_rate[0].load(std::memory_order_relaxed);  // 0: r did not vote
+    const auto user = seg.ctl(r).probe_rate[1].load(std::memory_order_relaxed);
+    if (kernel == 0 || 2ull * kernel >= user) continue;
+    seg.fast_kernel_copy = false;
+    seg.single_copy_note += "; all_reduce copies through the shared segment: rank " + std::to_string(r) +
+                            "'s process_vm_readv moved " + std::to_string(kernel) +
+                            " MB/s where a memcpy out of a window moved " + std::to_string(user) +
+                            " MB/s, under half (TUTTI_SHM_SINGLE_COPY=1 forces it)";
+  }
 }
 
 TUTTI_DECL std::shared_ptr<segment> map_segment(int rank, int world_size, const std::string& job_id, shm_options opt,

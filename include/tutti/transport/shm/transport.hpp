@@ -60,6 +60,9 @@ class shm {
 
   /// Whether peers read large inputs straight from this process (`process_vm_readv`), and why.
   bool single_copy() const noexcept { return seg_->single_copy && group_.context() == 0; }
+  /// Whether all_reduce reads peers by single copy too: the start-up speed vote found the kernel
+  /// copy at least half as fast as a memcpy out of a window on every rank (or it was forced).
+  bool single_copy_reduces() const noexcept { return single_copy() && seg_->fast_kernel_copy; }
   const std::string& single_copy_note() const noexcept { return seg_->single_copy_note; }
 
   /// The transport of a sub-group: a segment of its own, made by the members together (a
