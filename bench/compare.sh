@@ -10,6 +10,7 @@
 #
 #   bench/compare.sh --collective all_gather --transport shm --np 2 [-b 1K -e 16M -f 2 -n 20 -w 5]
 #       [--time-per-size S (with -n 0: calls timed per size at the warm-up's pace, every library)]
+#       [--data-varying BYTES (every library's calls rotate over buffer sets filling BYTES per rank)]
 #       [-d float] [-o sum] [-r 0] [--rounds 3] [--in-place 0|1] [--build DIR] [--tutti-bench PATH]
 #       [--tutti-csv FILE] [--out DIR] [--latency-max BYTES] [--peer-limit SECONDS] [--peers LIST]
 #
@@ -76,7 +77,7 @@ while (($#)); do
     --peer-limit) peer_limit=$2 ;;
     --rounds) rounds=$2 ;;
     --peers) peers=$2 ;;
-    -b | -e | -f | -n | -w | -d | -o | --time-per-size) sweep+=("$1" "$2") ;;
+    -b | -e | -f | -n | -w | -d | -o | --time-per-size | --data-varying) sweep+=("$1" "$2") ;;
     -r) sweep+=("$1" "$2"); root=$2 ;;
     *) echo "compare.sh: unknown flag $1" >&2; usage ;;
   esac

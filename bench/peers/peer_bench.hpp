@@ -33,6 +33,10 @@
 // piece at in + root * count; the others use one buffer. A backend that cannot do a placement
 // natively says so and that row is left out.
 //
+//   --data-varying BYTES (tutti-bench's: the warm-up and timed calls rotate over as many sets of
+//     buffers as fill BYTES per rank, at most 64, each filled with its own inputs, so that no call
+//     finds its buffers where the one before left them in the cache; 0, the default: one set)
+//
 // Timing (tutti-bench's): -w warm-up calls, a barrier, -n timed calls; time = the slowest rank's
 // mean per call. With -c 1 the inputs are refilled and one more call is checked on every rank:
 // #wrong = the wrong elements summed over ranks (-1 in the CSV when not checked; 0 for barrier,
@@ -92,7 +96,15 @@ struct options {
   std::vector<std::string> skip_algos;  // --skip-algo
   std::string transport;   // "": the backend's guess
   std::string placement = "both";  // --placement: both, out, in, tutti
+  std::size_t data_varying = 0;    // --data-varying: bytes of buffer sets the calls rotate over
 };
+
+/// How many buffer sets of `set_bytes` each the calls rotate over (--data-varying; the same rule
+/// as tutti-bench's): enough to fill `data_varying` bytes, at least one, at most 64.
+inline std::size_t data_varying_sets(std::size_t data_varying, std::size_t set_bytes) {
+  if (data_varying == 0 || set_bytes == 0) return 1;
+  return std::clamp<std::size_t>((data_varying + set_bytes - 1) / set_bytes, 1, 64);
+}
 
 /// Whether the sweep measures collective c out of place (in_place false) or in place.
 inline bool measures(const options& o, collective c, bool in_place) {
@@ -178,6 +190,7 @@ inline options parse(int argc, char** argv) {
       }
     }
     else if (k == "--transport") o.transport = v;
+    else if (k == "--data-varying") o.data_varying = parse_bytes(k, v);
     else if (k == "--placement") {
       if (v != "both" && v != "out" && v != "in" && v != "tutti")
         throw usage_error("--placement: expected both, out, in or tutti, got '" + v + "'");
@@ -333,6 +346,9 @@ class sweep {
     std::fprintf(table_, "# %s %s (%s), transport %s, %d ranks, %s, op %s, root %d, %s after %d warm-up\n",
                  b_.library(), std::string(name(c)).c_str(), algo.c_str(), b_.transport(), np_, o_.dtype.c_str(),
                  op_name(c), root, iterations.c_str(), o_.warmup);
+    if (o_.data_varying)
+      std::fprintf(table_, "# data-varying: the calls rotate over buffer sets filling %zu bytes per rank (at most 64 sets)\n",
+                   o_.data_varying);
     std::fprintf(table_, "#%11s %12s %6s %6s %5s   %10s %8s %8s %6s   %10s %8s %8s %6s\n", "", "", "", "", "",
                  "out-of-place", "", "", "", "in-place", "", "", "");
     std::fprintf(table_, "#%11s %12s %6s %6s %5s   %10s %8s %8s %6s   %10s %8s %8s %6s\n", "size", "count", "type",
@@ -348,9 +364,7 @@ class sweep {
   };
 
   /// The pointers for one placement (see the top of this file).
-  std::pair<T*, T*> place(collective c, bool in_place, int root, std::size_t count) {
-    T* s = send_.data();
-    T* r = recv_.data();
+  std::pair<T*, T*> place(T* s, T* r, collective c, bool in_place, int root, std::size_t count) {
     if (!in_place) return {s, r};
     switch (c) {
       case collective::all_gather: return {r + rank_ * count, r};
@@ -362,19 +376,21 @@ class sweep {
     }
   }
 
-  void fill(collective c, const shape& s, T* in) const {
+  /// The inputs of set `shift` (0: the checked one; the others take the next elements' values).
+  void fill(collective c, const shape& s, T* in, std::size_t shift = 0) const {
     const std::size_t n = s.count;
     switch (c) {
       case collective::scatter:  // the piece for rank k; root's pieces differ from any other rank's
         for (std::size_t k = 0; k < static_cast<std::size_t>(np_); ++k)
-          for (std::size_t j = 0; j < n; ++j) in[k * n + j] = input_value<T>(c, o_.op, rank_ * np_ + static_cast<int>(k), j);
+          for (std::size_t j = 0; j < n; ++j)
+            in[k * n + j] = input_value<T>(c, o_.op, rank_ * np_ + static_cast<int>(k), j + shift);
         break;
       case collective::reduce_scatter:
       case collective::all_to_all:
-        for (std::size_t j = 0; j < n * np_; ++j) in[j] = input_value<T>(c, o_.op, rank_, j);
+        for (std::size_t j = 0; j < n * np_; ++j) in[j] = input_value<T>(c, o_.op, rank_, j + shift);
         break;
       default:
-        for (std::size_t j = 0; j < n; ++j) in[j] = input_value<T>(c, o_.op, rank_, j);
+        for (std::size_t j = 0; j < n; ++j) in[j] = input_value<T>(c, o_.op, rank_, j + shift);
     }
   }
 
@@ -424,8 +440,21 @@ class sweep {
   result measure(collective c, const std::string& algo, int root, const shape& s, bool in_place) {
     result res;
     if (in_place && !b_.in_place(c, algo)) return res;
-    auto [in, out] = place(c, in_place, root, s.count);
+    auto [in, out] = place(send_.data(), recv_.data(), c, in_place, root, s.count);
     const call<T> k{c, in, out, s.count, in_place, root, o_.op};
+    // --data-varying: the further sets the warm-up and timed calls rotate over, each filled with
+    // inputs of its own (the values of the next elements); set 0 is the one checked.
+    const std::size_t sets = c == collective::barrier ? 1 : data_varying_sets(o_.data_varying, (s.send + s.recv) * sizeof(T));
+    std::vector<std::vector<T>> more_send(sets - 1), more_recv(sets - 1);
+    std::vector<call<T>> calls{k};
+    for (std::size_t j = 1; j < sets; ++j) {
+      more_send[j - 1].assign(s.send + 1, T{});
+      more_recv[j - 1].assign(s.recv + 1, static_cast<T>(-1));
+      auto [in_j, out_j] = place(more_send[j - 1].data(), more_recv[j - 1].data(), c, in_place, root, s.count);
+      fill(c, s, in_j, j);
+      calls.push_back(call<T>{c, in_j, out_j, s.count, in_place, root, o_.op});
+    }
+    auto nth = [&](int i) -> const call<T>& { return calls[static_cast<std::size_t>(i) % calls.size()]; };
     // the output is cleared first: in place, the input lies inside it (or it inside the input)
     auto prepare = [&, in = in, out = out] {
       if (c == collective::barrier) return;
@@ -438,15 +467,15 @@ class sweep {
       b_.run(algo, k);  // the first call may set things up: not timed
       const int w = std::max(o_.warmup, 1);
       const auto w0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < w; ++i) b_.run(algo, k);
+      for (int i = 0; i < w; ++i) b_.run(algo, nth(i));
       const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - w0).count() / w;
       iters = tutti_bench::iterations_measured(b_.max_of(us), o_.seconds_per_size);
     } else {
-      for (int i = 0; i < o_.warmup; ++i) b_.run(algo, k);
+      for (int i = 0; i < o_.warmup; ++i) b_.run(algo, nth(i));
     }
     b_.barrier();
     const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < iters; ++i) b_.run(algo, k);
+    for (int i = 0; i < iters; ++i) b_.run(algo, nth(i));
     const auto t1 = std::chrono::steady_clock::now();
     res.us = b_.max_of(std::chrono::duration<double, std::micro>(t1 - t0).count() / iters);
     res.ran = true;

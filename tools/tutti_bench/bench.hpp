@@ -79,11 +79,20 @@ struct options {
   counts_pattern counts = counts_pattern::uniform;
   int np = 0;                      // --np; 0: not given
   double seconds_per_size = 0.25;  // with -n 0
+  std::size_t data_varying = 0;    // --data-varying: bytes of buffer sets the calls rotate over (0: one set)
   std::string json_path, csv_path;  // empty: none; "-": stdout
   bool osu = false;
   bool progress = false;           // --progress: also when stderr is not a tty
   std::string command_line;        // for the JSON meta
 };
+
+/// How many buffer sets of `set_bytes` each the calls rotate over (--data-varying; the peers'
+/// harness, bench/peers/peer_bench.hpp, has the same rule): enough to fill `data_varying` bytes,
+/// at least one, at most 64.
+inline std::size_t data_varying_sets(std::size_t data_varying, std::size_t set_bytes) {
+  if (data_varying == 0 || set_bytes == 0) return 1;
+  return std::clamp<std::size_t>((data_varying + set_bytes - 1) / set_bytes, 1, 64);
+}
 
 const char* dtype_name(dtype_kind d);
 const char* op_name(op_kind o);
@@ -284,7 +293,7 @@ class runner {
       if (tutti::info(c).counts == tutti::counts_kind::none) {  // no data (barrier): one row
         if (rep_) rep_->progress(c, 0, ++step, steps);
         size_result res{c, 0, 0, -1, false, {}, {}};
-        auto call = [&] {
+        auto call = [&](int) {
           tutti::with_collective(c, [&](auto k) {
             constexpr tutti::collective C = decltype(k)::value;
             if constexpr (tutti::info(C).counts == tutti::counts_kind::none)
@@ -349,9 +358,21 @@ class runner {
         if (pl == tt::placement::apart ? !tt::has_apart<C> : !tt::has_in_place<C>) continue;
         tt::call_buffers<T> b;
         std::vector<T> before;
+        // --data-varying: the further sets the warm-up and timed calls rotate over, each with
+        // inputs of its own (the next elements' values); `b`, set 0, is the one checked.
+        std::vector<tt::call_buffers<T>> more;
         measurement m = measure([&] { b = tt::make_buffers<C, T>(s, r_, pl, input, sentinel<T>());
-                                      before = tt::result_of<C>(s, r_, b, pl); },
-                                [&] { c_.template call<C>(tt::describe<C>(s, r_, b, pl, op)); },
+                                      before = tt::result_of<C>(s, r_, b, pl);
+                                      const std::size_t sets = data_varying_sets(o_.data_varying,
+                                                                                 (b.in.size() + b.out.size()) * sizeof(T));
+                                      for (std::size_t j = more.size() + 1; j < sets; ++j)
+                                        more.push_back(tt::make_buffers<C, T>(
+                                            s, r_, pl, [&](int who, std::size_t i) { return input(who, i + j); },
+                                            sentinel<T>())); },
+                                [&](int i) {
+                                  const auto k = static_cast<std::size_t>(i) % (more.size() + 1);
+                                  c_.template call<C>(tt::describe<C>(s, r_, k == 0 ? b : more[k - 1], pl, op));
+                                },
                                 [&] {
                                   const auto got = tt::result_of<C>(s, r_, b, pl);
                                   const auto want = tt::expected<C, T>(s, r_, before, input, op);
@@ -370,7 +391,8 @@ class runner {
     return res;
   }
 
-  /// Warm-up, a barrier, the timed loop; then (with -c 1) one more call on fresh inputs, checked.
+  /// Warm-up, a barrier, the timed loop (`call(i)`: the i-th call of the warm-up or the loop);
+  /// then (with -c 1) one more call on fresh inputs, checked.
   template <class Fill, class Call, class Verify>
   measurement measure(Fill&& fill, Call&& call, Verify&& verify) {
     using clock = std::chrono::steady_clock;
@@ -379,18 +401,18 @@ class runner {
     fill();
     int iters = o_.iters;
     if (iters == 0) {  // calibrated, as bench/allreduce_sweep.hpp's -c 1: from the warm-up's pace
-      call();          // the first call may set things up: not timed
+      call(0);         // the first call may set things up: not timed
       const int w = std::max(o_.warmup, 1);
       const auto t0 = clock::now();
-      for (int i = 0; i < w; ++i) call();
+      for (int i = 0; i < w; ++i) call(i);
       const double us = std::chrono::duration<double, std::micro>(clock::now() - t0).count() / w;
       iters = iterations_measured(max_over_ranks(us), o_.seconds_per_size);
     } else {
-      for (int i = 0; i < o_.warmup; ++i) call();
+      for (int i = 0; i < o_.warmup; ++i) call(i);
     }
     c_.barrier();
     const auto t0 = clock::now();
-    for (int i = 0; i < iters; ++i) call();
+    for (int i = 0; i < iters; ++i) call(i);
     const double mean = std::chrono::duration<double, std::micro>(clock::now() - t0).count() / iters;
     m.iters = iters;
     // the slowest rank's mean is the time (nccl-tests); the fastest's and the average for --osu
@@ -402,7 +424,7 @@ class runner {
     m.avg_us = sum / n_;
     if (o_.check) {
       fill();
-      call();
+      call(0);
       long long w = verify();
       c_.all_reduce(tutti::view<long long>(&w, 1), tutti::op::sum{});
       m.wrong = w;

@@ -63,6 +63,11 @@ all_to_all and reduce_scatter out of place only).
   --json FILE              {"meta": {...}, "results": [the same fields]} ('-': stdout)
   --osu                    OSU-style tables (Size, Avg/Min/Max Latency(us), Iterations)
   --time-per-size S        with -n 0: seconds per size (default 0.25)
+  --data-varying BYTES     the warm-up and timed calls rotate over as many buffer sets as fill
+                           BYTES per rank (at most 64), each with inputs of its own, so that no
+                           call finds its buffers where the last one left them in the cache (the
+                           memory-wall figures; the peers' harness takes the same flag); 0
+                           (default): one set
   --progress               progress line on stderr even when it is not a terminal
   --tune                   measure every fixed algorithm per collective and size (over
                            --transport, at each --np-list size, all collectives), write the
@@ -174,6 +179,7 @@ parsed parse_command_line(int argc, char** argv) {
     else if (flag == "--csv") o.csv_path = next();
     else if (flag == "--osu") no_value(), o.osu = true;
     else if (flag == "--progress") no_value(), o.progress = true;
+    else if (flag == "--data-varying") o.data_varying = parse_size(flag, next());
     else if (flag == "--time-per-size") {
       const std::string v = next();
       char* end = nullptr;
@@ -444,6 +450,9 @@ report::report(const options& o, int np, int threads) : p_(new impl(o, np, threa
                     "validation: %d\n",
                  threads, o.transport->ranks == transport_entry::ranks_are::threads ? 1 : np, o.min_bytes, o.max_bytes, o.factor, o.warmup,
                  o.iters, o.iters == 0 ? " (calibrated)" : "", o.check ? 1 : 0);
+    if (o.data_varying)
+      std::fprintf(t, "# data-varying: the calls rotate over buffer sets filling %zu bytes per rank (at most 64 sets)\n",
+                   o.data_varying);
     std::fprintf(t, "# Host %s, %u cores\n#\n", host, std::thread::hardware_concurrency());
     std::fflush(t);
   }
@@ -555,11 +564,13 @@ long long report::finish() {
     std::fprintf(j,
                  "{\n  \"meta\": {\"library\": \"tutti\", \"host\": %s, \"cores\": %u, \"date\": \"%s\", "
                  "\"command_line\": %s, \"transport\": \"%s\", \"algorithm\": %s, \"np\": %d, \"threads\": %d, "
-                 "\"dtype\": \"%s\", \"op\": \"%s\", \"iters\": %d, \"warmup\": %d, \"check\": %d, \"wrong\": %lld},\n"
+                 "\"dtype\": \"%s\", \"op\": \"%s\", \"iters\": %d, \"warmup\": %d, \"check\": %d, \"data_varying\": %zu, "
+                 "\"wrong\": %lld},\n"
                  "  \"results\": [\n%s\n  ]\n}\n",
                  json_string(host).c_str(), std::thread::hardware_concurrency(), date,
                  json_string(o.command_line).c_str(), transport_name(o.transport).c_str(), json_string(o.algo).c_str(),
-                 p_->np, p_->threads, dtype_name(o.dtype), op_name(o.op), o.iters, o.warmup, o.check ? 1 : 0, p_->wrong,
+                 p_->np, p_->threads, dtype_name(o.dtype), op_name(o.op), o.iters, o.warmup, o.check ? 1 : 0,
+                 o.data_varying, p_->wrong,
                  p_->json_rows.c_str());
     if (j != stdout) std::fclose(j);
     else std::fflush(j);
