@@ -538,6 +538,16 @@ class rdzv_server final : public rendezvous {
       return note_done(p.node, d->attempt, d->code, d->first, d->first ? std::vector{*d->first} : std::vector<failure_report>{});
     if (const auto* l = message_as<rdzv_msg::leave>(m)) {
       p.closed = true;
+      // A node leaves on a signal to its tuttirun. After a failure of this attempt (a second
+      // signal to a node whose first one is that failure: GNU timeout forwards one to the process
+      // and one to its group), the job ends as that failure says, without a restart the leaver
+      // could not join; before one, nothing says how the job went: an abort.
+      if (started_ && first_ && !decided_) {
+        say("node " + std::to_string(p.node) + "'s tuttirun left (" + l->why + "): the job ends after attempt " +
+            std::to_string(attempt_) + "'s failure, without a restart");
+        no_restart_ = true;
+        return decide();
+      }
       return abort("node " + std::to_string(p.node) + "'s tuttirun left: " + l->why);
     }
     abort("node " + std::to_string(p.node) + "'s tuttirun sent a line this one does not understand ('" +
