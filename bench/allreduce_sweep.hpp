@@ -51,6 +51,13 @@ inline int iterations_measured(double us_per_call, double seconds) {
   return static_cast<int>(std::clamp(seconds / std::max(us_per_call * 1e-6, 1e-9), 5.0, 20000.0));
 }
 
+/// --data-varying (tutti-bench and the peers' harness): how many buffer sets of `set_bytes` each
+/// the calls rotate over: enough to fill `data_varying` bytes, at least one, at most 64.
+inline std::size_t data_varying_sets(std::size_t data_varying, std::size_t set_bytes) {
+  if (data_varying == 0 || set_bytes == 0) return 1;
+  return std::clamp<std::size_t>((data_varying + set_bytes - 1) / set_bytes, 1, 64);
+}
+
 inline void print_header(const char* who, int ranks) {
   std::printf("# %s all_reduce, float sum, %d ranks\n", who, ranks);
   std::printf("#%11s %12s %6s %6s %5s   %10s %8s %8s %6s   %10s %8s %8s %6s\n", "", "", "", "", "",

@@ -57,7 +57,7 @@
 #include <string_view>
 #include <vector>
 
-#include "../allreduce_sweep.hpp"  // iterations_measured: the calibrated iteration rule tutti-bench uses
+#include "../allreduce_sweep.hpp"  // iterations_measured, data_varying_sets: tutti-bench's rules
 
 namespace tutti_peers {
 
@@ -98,13 +98,6 @@ struct options {
   std::string placement = "both";  // --placement: both, out, in, tutti
   std::size_t data_varying = 0;    // --data-varying: bytes of buffer sets the calls rotate over
 };
-
-/// How many buffer sets of `set_bytes` each the calls rotate over (--data-varying; the same rule
-/// as tutti-bench's): enough to fill `data_varying` bytes, at least one, at most 64.
-inline std::size_t data_varying_sets(std::size_t data_varying, std::size_t set_bytes) {
-  if (data_varying == 0 || set_bytes == 0) return 1;
-  return std::clamp<std::size_t>((data_varying + set_bytes - 1) / set_bytes, 1, 64);
-}
 
 /// Whether the sweep measures collective c out of place (in_place false) or in place.
 inline bool measures(const options& o, collective c, bool in_place) {
@@ -444,7 +437,7 @@ class sweep {
     const call<T> k{c, in, out, s.count, in_place, root, o_.op};
     // --data-varying: the further sets the warm-up and timed calls rotate over, each filled with
     // inputs of its own (the values of the next elements); set 0 is the one checked.
-    const std::size_t sets = c == collective::barrier ? 1 : data_varying_sets(o_.data_varying, (s.send + s.recv) * sizeof(T));
+    const std::size_t sets = c == collective::barrier ? 1 : tutti_bench::data_varying_sets(o_.data_varying, (s.send + s.recv) * sizeof(T));
     std::vector<std::vector<T>> more_send(sets - 1), more_recv(sets - 1);
     std::vector<call<T>> calls{k};
     for (std::size_t j = 1; j < sets; ++j) {

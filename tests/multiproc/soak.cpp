@@ -33,6 +33,7 @@
 #include <fstream>
 #include <string>
 
+#include "../support/sanitizers.hpp"
 #include "random_collectives.hpp"
 
 #ifdef TUTTI_FAULT_TCP
@@ -47,17 +48,7 @@ namespace {
 constexpr long long kMaxRssGrowth = 3ll << 20;
 constexpr long long kMaxHeapGrowth = 512ll << 10;
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kCheckMemory = false;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kCheckMemory = false;
-#else
-constexpr bool kCheckMemory = true;
-#endif
-#else
-constexpr bool kCheckMemory = true;
-#endif
+constexpr bool kCheckMemory = !tutti::test::address_sanitizer;
 
 struct memory {
   long long rss = 0;   // anonymous resident bytes

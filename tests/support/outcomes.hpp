@@ -16,6 +16,7 @@
 #include <tutti/tutti.hpp>
 
 #include "ranks.hpp"
+#include "sanitizers.hpp"
 
 namespace tutti::test {
 
@@ -32,19 +33,7 @@ inline void rethrow_if(const std::exception_ptr& e) {
 /// How much slower than a release build this build runs a multi-rank test: ThreadSanitizer's
 /// instrumented -O0 code runs the larger tests 10x slower (the 6-rank hierarchy test with its large
 /// counts takes 30 s alone, 60 s beside another test on two cores), AddressSanitizer's about 3x.
-/// (GCC says so with __SANITIZE_*__, Clang with __has_feature.)
-#if defined(__has_feature)
-#define TUTTI_TEST_HAS_FEATURE(f) __has_feature(f)
-#else
-#define TUTTI_TEST_HAS_FEATURE(f) 0
-#endif
-#if defined(__SANITIZE_THREAD__) || TUTTI_TEST_HAS_FEATURE(thread_sanitizer)
-inline constexpr int slowdown = 5;
-#elif defined(__SANITIZE_ADDRESS__) || TUTTI_TEST_HAS_FEATURE(address_sanitizer)
-inline constexpr int slowdown = 2;
-#else
-inline constexpr int slowdown = 1;
-#endif
+inline constexpr int slowdown = thread_sanitizer ? 5 : address_sanitizer ? 2 : 1;
 
 /// Runs `body` on n ranks (run_ranks) on a helper thread and returns what the run threw (null if
 /// nothing). A run that has not finished after `limit` (times `slowdown` in a sanitizer build)

@@ -19,7 +19,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "../../bench/allreduce_sweep.hpp"  // iterations_measured: the calibrated iteration rule
+#include "../../bench/allreduce_sweep.hpp"  // iterations_measured, data_varying_sets: the rules the peers share
 
 namespace tutti_bench {
 
@@ -85,14 +85,6 @@ struct options {
   bool progress = false;           // --progress: also when stderr is not a tty
   std::string command_line;        // for the JSON meta
 };
-
-/// How many buffer sets of `set_bytes` each the calls rotate over (--data-varying; the peers'
-/// harness, bench/peers/peer_bench.hpp, has the same rule): enough to fill `data_varying` bytes,
-/// at least one, at most 64.
-inline std::size_t data_varying_sets(std::size_t data_varying, std::size_t set_bytes) {
-  if (data_varying == 0 || set_bytes == 0) return 1;
-  return std::clamp<std::size_t>((data_varying + set_bytes - 1) / set_bytes, 1, 64);
-}
 
 const char* dtype_name(dtype_kind d);
 const char* op_name(op_kind o);
