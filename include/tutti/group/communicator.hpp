@@ -256,8 +256,15 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   }
 
   /// This rank's flight recorder: its last operations on this communicator with their
-  /// fingerprints, start times and outcomes, as printed on failure and on SIGUSR1.
-  std::string flight_record(std::size_t max = detail::flight_capacity) const { return recorder_.text(max); }
+  /// fingerprints, start times and outcomes, as printed on failure and on SIGUSR1; where the
+  /// transport matches point-to-point itself, then its sends and receives still pending, with
+  /// their peer and tag (in this text only, not yet in the printed record).
+  std::string flight_record(std::size_t max = detail::flight_capacity) const {
+    std::string text = recorder_.text(max);
+    if constexpr (matched_p2p<Transport>)  // point-to-point apart from the recorder's calls
+      for (const std::string& l : t_.pending_p2p()) text += "  pending point-to-point: " + l + "\n";
+    return text;
+  }
 
   /// This rank's counters on this communicator since it was made: calls, bytes and time per
   /// kind of operation, time spent waiting per peer, the slowest peer (`comm_stats`).
@@ -290,7 +297,7 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
 
   // ---- point to point ---------------------------------------------------------------------
   //
-  // Where the transport matches point-to-point itself (`matched_p2p`: inproc), sends and
+  // Where the transport matches point-to-point itself (`matched_p2p`: inproc, mpi), sends and
   // receives are matched by source and tag as in MPI and progress apart from the collectives:
   // a posted `irecv` holds nothing back, `recv` takes `any_source` and `any_tag`, and a
   // message shorter than the receive buffer is received (`recv_status` says its count). On the

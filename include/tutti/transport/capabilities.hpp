@@ -38,6 +38,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -117,10 +118,13 @@ struct p2p_post {
 /// takes the earliest arrived message of its source (or any) and tag (or any), so messages of
 /// one sender and tag arrive in the order sent; a message of another dtype, or longer than the
 /// receive buffer, fails the receive with `mismatch_error` naming both ranks and both values.
+/// `pending_p2p()` describes this rank's sends and receives not yet complete, one line each
+/// ("recv from rank 1 tag=5 (4000 bytes), posted 2.1 ms ago"), for the flight recorder.
 template <class T>
-concept matched_p2p = transport<T> && requires(T& t, const p2p_post& p) {
+concept matched_p2p = transport<T> && requires(T& t, const T& ct, const p2p_post& p) {
   { t.post_send(p) } -> std::same_as<std::shared_ptr<detail::operation_state>>;
   { t.post_recv(p) } -> std::same_as<std::shared_ptr<detail::operation_state>>;
+  { ct.pending_p2p() } -> std::same_as<std::vector<std::string>>;
 };
 
 /// The peer's bytes handed to a consumer in place (a pointer into the sender's memory or a shared

@@ -22,6 +22,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -70,6 +71,7 @@ struct p2p_entry {
   std::byte* data = nullptr;           // a receive's buffer; a rendezvous send's input
   std::unique_ptr<std::byte[]> eager;  // an eager send's copy of its input
   bool matched = false;                // taken off its queue by its partner: it completes soon
+  std::chrono::steady_clock::time_point posted = std::chrono::steady_clock::now();
   std::shared_ptr<operation_state> state = std::make_shared<operation_state>();
 };
 
@@ -191,6 +193,9 @@ class inproc {
   /// at once; a larger one completes when its receive has taken it (rendezvous).
   std::shared_ptr<detail::operation_state> post_send(const p2p_post& p);
   std::shared_ptr<detail::operation_state> post_recv(const p2p_post& p);
+  /// This rank's sends and receives on this communicator not yet complete, for the flight
+  /// recorder: "recv from rank 1 tag=5 (16 bytes), posted 2.1 ms ago".
+  std::vector<std::string> pending_p2p() const;
   /// The largest send that completes without its receive (copied aside).
   static constexpr std::size_t eager_bytes = std::size_t{64} << 10;
 

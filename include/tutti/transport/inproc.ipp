@@ -203,6 +203,30 @@ TUTTI_DECL std::shared_ptr<detail::operation_state> inproc::post_recv(const p2p_
   return r->state;
 }
 
+TUTTI_DECL std::vector<std::string> inproc::pending_p2p() const {
+  using detail::inproc_impl::p2p_entry;
+  const auto now = std::chrono::steady_clock::now();
+  const auto line = [&](const p2p_entry& e) {
+    const int peer = e.send ? e.dst : e.src;
+    const double ms = std::chrono::duration<double, std::milli>(now - e.posted).count();
+    char age[32];
+    std::snprintf(age, sizeof age, "%.1f", ms);
+    return std::string(e.send ? "send to " : "recv from ") + (peer == any_source ? "any rank" : group_.name(peer)) +
+           (e.tag == any_tag ? " any tag" : " tag=" + std::to_string(e.tag)) + " (" + std::to_string(e.bytes) +
+           " bytes), posted " + age + " ms ago";
+  };
+  std::vector<std::string> out;
+  std::lock_guard lk(world_->p2p_mu);
+  for (const auto& [key, q] : world_->p2p) {
+    if (key.first != group_.context()) continue;
+    if (key.second == group_.world_rank())
+      for (const auto& e : q.receives) out.push_back(line(*e));
+    for (const auto& e : q.arrived)
+      if (e->src == rank() && !e->state->done.load(std::memory_order_acquire)) out.push_back(line(*e));
+  }
+  return out;
+}
+
 TUTTI_DECL void inproc::deliver(detail::inproc_impl::p2p_entry& s, detail::inproc_impl::p2p_entry& r) const {
   std::exception_ptr e;
   // Group ranks, as the other mismatch texts name them.
