@@ -531,7 +531,7 @@ void communicator<Transport, Algorithm>::check_peer(int peer, int tag, const cha
   if (peer == any_source || tag == any_tag)
     usage(std::string(call) + " on rank " + std::to_string(rank()) + ": " +
           (peer == any_source ? "any_source" : "any_tag") +
-          " needs a transport that matches point-to-point itself (tutti::matched_p2p: inproc); this one receives "
+          " needs a transport that matches point-to-point itself (tutti::matched_p2p: inproc, mpi); this one receives "
           "the next message of a named source and tag");
   if (peer < 0 || peer >= size())
     usage(std::string(call) + " on rank " + std::to_string(rank()) + ": peer " + std::to_string(peer) +
