@@ -87,7 +87,7 @@ TEST_CASE("p2p: a manager serves any_source requests until every worker is done"
   }
 }
 
-TEST_CASE("p2p: point-to-point progresses beside posted collectives, and they beside it") {
+TEST_CASE("p2p: point-to-point progresses beside posted collectives and they beside it") {
   auto body = [&](auto& comm) {
     comm.set_timeout(20s);
     const int r = comm.rank(), n = comm.size();
@@ -109,7 +109,7 @@ TEST_CASE("p2p: point-to-point progresses beside posted collectives, and they be
   tutti::test::run_ok(3, body, "p2p beside collectives");
 }
 
-TEST_CASE("p2p: on a group, messages stay in the group") {
+TEST_CASE("p2p: on a group the messages stay in the group") {
   auto body = [&](auto& comm) {
     comm.set_timeout(20s);
     auto gp = comm.split(comm.rank() % 2, comm.rank());
@@ -254,7 +254,7 @@ TEST_CASE("p2p: the flight record lists pending sends and receives with their pe
   CHECK_FALSE(contains(after, "pending point-to-point"));
 }
 
-TEST_CASE("p2p: usage errors: any_source or any_tag on a send, status() before completion") {
+TEST_CASE("p2p: usage errors: any_source or any_tag on a send and status() before completion") {
   auto body = [&](auto& comm) {
     comm.set_timeout(20s);
     std::vector<int> v(2);

@@ -19,6 +19,7 @@
 #include "../support/collective_checks.hpp"
 #include "../support/observe_checks.hpp"
 #include "../support/outcomes.hpp"
+#include "../../examples/point_to_point.hpp"
 
 using namespace tutti;
 using namespace tutti::test;
@@ -194,6 +195,16 @@ TEST_CASE("over mpi: send and recv, with tags received in any order") {
     CHECK(got1 == one);
     CHECK(got2 == two);
   }
+  comm.barrier();
+}
+
+TEST_CASE("over mpi: the point-to-point examples: the tutorial's ring, a halo exchange, a manager") {
+  auto& comm = world();
+  const int before = tutti_examples::wrong;
+  tutti_examples::ring_example(comm);
+  if (comm.size() == 4) tutti_examples::halo_exchange(comm, 2, 2);  // a 2 x 2 grid (north = south)
+  tutti_examples::manager_workers(comm);
+  CHECK(tutti_examples::wrong == before);
   comm.barrier();
 }
 

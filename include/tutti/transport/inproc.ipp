@@ -228,7 +228,6 @@ TUTTI_DECL std::vector<std::string> inproc::pending_p2p() const {
 }
 
 TUTTI_DECL void inproc::deliver(detail::inproc_impl::p2p_entry& s, detail::inproc_impl::p2p_entry& r) const {
-  std::exception_ptr e;
   // Group ranks, as the other mismatch texts name them.
   const auto name = [](int r) { return "rank " + std::to_string(r); };
   const auto at = [&] {
@@ -236,18 +235,20 @@ TUTTI_DECL void inproc::deliver(detail::inproc_impl::p2p_entry& s, detail::inpro
            " sent count=" + std::to_string(s.count) + " dtype=" + dtype_name(s.type);
   };
   const std::string buffer = "count=" + std::to_string(r.count) + " dtype=" + dtype_name(r.type);
+  std::string wrong;
   if (s.type.id != r.type.id || s.type.size != r.type.size)
-    e = std::make_exception_ptr(mismatch_error(at() + ", " + name(r.dst) + " receives into " + buffer));
+    wrong = at() + ", " + name(r.dst) + " receives into " + buffer;
   else if (s.count > r.count)
-    e = std::make_exception_ptr(mismatch_error(
-        at() + ", more than the receive buffer of " + name(r.dst) + " holds (" + buffer +
-        "); a shorter message is received, and its recv_status says how many elements it held"));
-  else {
+    wrong = at() + ", more than the receive buffer of " + name(r.dst) + " holds (" + buffer +
+            "); a shorter message is received, and its recv_status says how many elements it held";
+  if (wrong.empty()) {
     if (s.bytes) std::memcpy(r.data, s.eager ? s.eager.get() : s.data, s.bytes);
     r.state->status = recv_status{s.src, s.tag, s.count};
   }
-  detail::complete(*r.state, e);
-  if (!s.state->done.load(std::memory_order_acquire)) detail::complete(*s.state, e);
+  // Each side its own exception object: the two threads that wait read theirs at once.
+  const auto failure = [&] { return wrong.empty() ? nullptr : std::make_exception_ptr(mismatch_error(wrong)); };
+  detail::complete(*r.state, failure());
+  if (!s.state->done.load(std::memory_order_acquire)) detail::complete(*s.state, failure());
 }
 
 TUTTI_DECL void inproc::await_partner(const std::shared_ptr<detail::inproc_impl::p2p_entry>& entry,
