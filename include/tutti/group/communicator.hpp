@@ -857,9 +857,13 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
                        const char* call) {
     check_matched_peer(peer, tag, send, call);
     // Posted operations may be running on the engine's thread, which owns the failure state
-    // meanwhile: the transport's wait then sees an abort.
-    if (!engine_.busy()) refuse_alone();
-    return post_matched_unchecked(send, data, bytes, d, count, peer, tag);
+    // meanwhile: the transport's wait then sees an abort, and what the transport refuses is the
+    // caller's alone. Otherwise a call like the others: refused on a broken communicator, and
+    // breaking it when the transport refuses (a tag beyond MPI's bound).
+    if (engine_.busy()) return post_matched_unchecked(send, data, bytes, d, count, peer, tag);
+    request r;
+    guarded([&] { r = post_matched_unchecked(send, data, bytes, d, count, peer, tag); });
+    return r;
   }
   request post_matched_unchecked(bool send, std::byte* data, std::size_t bytes, dtype d, std::size_t count, int peer,
                                  int tag) {
