@@ -1,6 +1,6 @@
 // The installed conformance suite (tutti/testing/conformance.hpp) over inproc, ranks as threads:
 // results at world sizes 1..9 with every algorithm, every mismatch case and the failure cases at
-// 2, 3 and 5 ranks; the non-blocking operations at 1..5.
+// 2, 3 and 5 ranks; the non-blocking operations at 1..5; point-to-point matching at 2..5.
 #include <doctest/doctest.h>
 
 #include <initializer_list>
@@ -61,6 +61,12 @@ TEST_CASE("conformance over inproc: a silent peer, a lost peer and abort at 2, 3
 
 TEST_CASE("conformance over inproc: non-blocking operations at world sizes 1..5") {
   at_sizes({1, 2, 3, 4, 5}, [](int, auto& run, auto& rep) { testing::check_nonblocking(run, rep); });
+}
+
+TEST_CASE("conformance over inproc: point-to-point matching at 2 to 5 ranks") {
+  at_sizes({2, 3, 4, 5}, [](int, auto& run, auto& rep) {
+    testing::check_point_to_point(run, rep, suite_options().silent_deadline);
+  });
 }
 
 TEST_CASE("conformance over inproc: reproducible reductions at world sizes 1..7") {

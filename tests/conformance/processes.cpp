@@ -102,4 +102,11 @@ TEST_CASE("conformance: reproducible reductions") {
   tutti::test::verdict(rep, world().rank() == 0);
 }
 
+TEST_CASE("conformance: point-to-point matching") {
+  testing::report rep;
+  auto run = runner();
+  testing::check_point_to_point(run, rep, suite_options().silent_deadline);
+  tutti::test::verdict(rep, world().rank() == 0);
+}
+
 TEST_SUITE_END();

@@ -225,13 +225,14 @@ TEST_CASE("mismatch_error: p2p recv with the wrong element type or count") {
       auto& me = out[static_cast<std::size_t>(comm.rank())];
       try {
         if (comm.rank() == 0) {
-          std::vector<float> v(4, 1.0f);
-          comm.send(view(v), 1, 3);
+          std::vector<float> v(variant == 0 ? 4 : 5, 1.0f);
+          comm.send(view(v), 1, 3);  // may complete before the receive (eager): the next call fails
+          comm.barrier();
         } else if (variant == 0) {
           std::vector<std::int32_t> v(4);
           comm.recv(view(v), 0, 3);
         } else {
-          std::vector<float> v(5);
+          std::vector<float> v(4);  // shorter than the message (a longer one would be no error)
           comm.recv(view(v), 0, 3);
         }
       } catch (...) {
@@ -242,7 +243,7 @@ TEST_CASE("mismatch_error: p2p recv with the wrong element type or count") {
     const auto err = tutti::test::run_watched(2, body, "p2p mismatch");
     CHECK_THROWS_AS(rethrow_if(err), mismatch_error);
     const std::vector<std::string> needles =
-        variant == 0 ? std::vector<std::string>{"dtype=float", "dtype=int32"} : std::vector<std::string>{"count=4", "count=5"};
+        variant == 0 ? std::vector<std::string>{"dtype=float", "dtype=int32"} : std::vector<std::string>{"count=5", "count=4"};
     for (int r = 0; r < 2; ++r) {
       const auto& o = out[static_cast<std::size_t>(r)];
       CAPTURE(variant);
@@ -267,7 +268,8 @@ TEST_CASE("timeout_error: a p2p wait on a silent peer names the peer and the cal
           ~release() { l.count_down(); }
         } rel{gave_up};
         comm.set_timeout(100ms);
-        std::vector<int> v(4);
+        // A send large enough to wait for its receive (rendezvous) wherever sends can be eager.
+        std::vector<int> v(sending ? 20000 : 4);
         try {
           if (sending) comm.send(view(v), 1, 7);
           else comm.recv(view(v), 1, 7);
@@ -282,7 +284,7 @@ TEST_CASE("timeout_error: a p2p wait on a silent peer names the peer and the cal
         }
       } else {
         gave_up.wait();  // alive but silent until rank 0 has given up
-        std::vector<int> v(4);
+        std::vector<int> v(sending ? 20000 : 4);
         try {
           if (sending) comm.recv(view(v), 0, 7);
           else comm.send(view(v), 0, 7);

@@ -19,6 +19,7 @@
 #include "../support/collective_checks.hpp"
 #include "../support/observe_checks.hpp"
 #include "../support/outcomes.hpp"
+#include "../../examples/point_to_point.hpp"
 
 using namespace tutti;
 using namespace tutti::test;
@@ -197,6 +198,16 @@ TEST_CASE("over mpi: send and recv, with tags received in any order") {
   comm.barrier();
 }
 
+TEST_CASE("over mpi: the point-to-point examples: the tutorial's ring, a halo exchange, a manager") {
+  auto& comm = world();
+  const int before = tutti_examples::wrong;
+  tutti_examples::ring_example(comm);
+  if (comm.size() == 4) tutti_examples::halo_exchange(comm, 2, 2);  // a 2 x 2 grid (north = south)
+  tutti_examples::manager_workers(comm);
+  CHECK(tutti_examples::wrong == before);
+  comm.barrier();
+}
+
 TEST_CASE("over mpi: ranks that disagree get mismatch_error or peer_lost, never a hang") {
   // Rank 0 passes one element more than the others.
   const std::size_t count = world().rank() == 0 ? 6 : 5;
@@ -251,9 +262,16 @@ TEST_CASE("over mpi: MPI's errors return as tutti errors with MPI's text, and ta
   INFO(what);
   CHECK(k == kind::aborted);
   CHECK(contains(what, "MPI_Ibcast failed: MPI_ERR_ROOT"));
-  if (comm.rank() < 2) {
+  // A tag beyond MPI_TAG_UB, where there is one (Open MPI's bound is INT_MAX itself).
+  void* ub = nullptr;
+  int has = 0;
+  MPI_Comm_get_attr(comm.transport().native_handle(), MPI_TAG_UB, &ub, &has);
+  const int tag_ub = has && ub ? *static_cast<int*>(ub) : INT_MAX;
+  if (tag_ub == INT_MAX) {
+    MESSAGE("MPI_TAG_UB is INT_MAX: no tag lies beyond it");
+  } else if (comm.rank() < 2) {
     const int peer = 1 - comm.rank();
-    CHECK(outcome([&] { comm.send(view(v), peer, INT_MAX); }, what) == kind::usage);
+    CHECK(outcome([&] { comm.send(view(v), peer, tag_ub + 1); }, what) == kind::usage);
     CHECK(contains(what, "MPI_TAG_UB"));
     // A usage error of a send breaks the communicator (its peer may wait for it already).
     CHECK(outcome([&] { comm.send(view(v), peer, 5); }, what) == kind::aborted);

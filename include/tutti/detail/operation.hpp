@@ -13,6 +13,7 @@
 #include <functional>
 #include <mutex>
 
+#include "tutti/core/p2p.hpp"
 #include "tutti/detail/attributes.hpp"
 
 namespace tutti::detail {
@@ -27,6 +28,8 @@ struct operation_state {
   /// complete and, if so (or once its deadline has passed), completes `*this`. Called only by
   /// the request's holder (`wait`, `test`, `wait_any`, its destructor), never concurrently.
   std::function<void(operation_state&)> poll;
+  /// A receive's: what it got (written before `done` is set).
+  recv_status status;
 };
 
 /// Wakes the `wait_any`s in progress when any operation of the process completes (requests of

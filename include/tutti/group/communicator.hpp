@@ -256,8 +256,15 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   }
 
   /// This rank's flight recorder: its last operations on this communicator with their
-  /// fingerprints, start times and outcomes, as printed on failure and on SIGUSR1.
-  std::string flight_record(std::size_t max = detail::flight_capacity) const { return recorder_.text(max); }
+  /// fingerprints, start times and outcomes, as printed on failure and on SIGUSR1; where the
+  /// transport matches point-to-point itself, then its sends and receives still pending, with
+  /// their peer and tag (in this text only, not yet in the printed record).
+  std::string flight_record(std::size_t max = detail::flight_capacity) const {
+    std::string text = recorder_.text(max);
+    if constexpr (matched_p2p<Transport>)  // point-to-point apart from the recorder's calls
+      for (const std::string& l : t_.pending_p2p()) text += "  pending point-to-point: " + l + "\n";
+    return text;
+  }
 
   /// This rank's counters on this communicator since it was made: calls, bytes and time per
   /// kind of operation, time spent waiting per peer, the slowest peer (`comm_stats`).
@@ -289,47 +296,77 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   }
 
   // ---- point to point ---------------------------------------------------------------------
+  //
+  // Where the transport matches point-to-point itself (`matched_p2p`: inproc, mpi), sends and
+  // receives are matched by source and tag as in MPI and progress apart from the collectives:
+  // a posted `irecv` holds nothing back, `recv` takes `any_source` and `any_tag`, and a
+  // message shorter than the receive buffer is received (`recv_status` says its count). On the
+  // other transports a receive names its source and tag and takes the next message from that
+  // source, which must have its tag, dtype and count; posted ones run in the collectives' queue.
 
-  /// Sends `data` to `peer`; returns once the transport has taken it. The matching `recv` names
-  /// this rank, the same tag, dtype and count.
+  /// Sends `data` to `peer`; returns once the transport has taken it (with `matched_p2p`: a
+  /// send of at most the transport's eager size at once; a larger one once its receive has
+  /// taken it). The matching `recv` names this rank (or any) and the tag (or any), the same
+  /// dtype, and at least as many elements.
   /// On a `stream_ordered` transport a stream may follow the tag: the transfer is enqueued on it
   /// and a request returned.
   template <viewable B, class S = algo::inherit>
   auto send(B&& data_buf, int peer, int tag = 0, const S& stream = {}) {
     static_assert(std::is_same_v<S, algo::inherit> || detail::stream_arg<Transport, S>,
                   "tutti: send's fourth argument is a stream of the communicator's transport");
-    return with_stream(stream, [&](const auto&) {
-      const auto busy = ordered("send");
+    if constexpr (matched_p2p<Transport> && !detail::stream_arg<Transport, S>) {
       const auto data = readable(data_buf);
       using U = detail::element_of<B>;
-      check_peer(peer, tag, "send");
-      channel<Transport> ch = channel_for(p2p_fp(dtype_of<U>(), data.size(), tag), "p2p");
-      recorded(ch, {detail::kind_send, data.size_bytes(), peer}, [&] { ch.send(peer, data); });
-    });
+      matched_blocking(true, const_cast<std::byte*>(reinterpret_cast<const std::byte*>(data.data())),
+                       data.size_bytes(), dtype_of<U>(), data.size(), peer, tag, "send");
+    } else {
+      return with_stream(stream, [&](const auto&) {
+        const auto busy = ordered("send");
+        const auto data = readable(data_buf);
+        using U = detail::element_of<B>;
+        check_peer(peer, tag, "send");
+        channel<Transport> ch = channel_for(p2p_fp(dtype_of<U>(), data.size(), tag), "p2p");
+        recorded(ch, {detail::kind_send, data.size_bytes(), peer}, [&] { ch.send(peer, data); });
+      });
+    }
   }
 
-  /// Receives `data.size()` elements from `peer` with `tag` into `data` (a stream may follow, as
-  /// for `send`).
+  /// Receives into `data` a message from `peer` (or `any_source`) with `tag` (or `any_tag`);
+  /// returns its source, tag and element count (a stream may follow, as for `send`: then a
+  /// request). Without `matched_p2p`, the source and tag are named and the count is `data`'s.
   template <viewable B, class S = algo::inherit>
   auto recv(B&& data_buf, int peer, int tag = 0, const S& stream = {}) {
     static_assert(std::is_same_v<S, algo::inherit> || detail::stream_arg<Transport, S>,
                   "tutti: recv's fourth argument is a stream of the communicator's transport");
-    return with_stream(stream, [&](const auto&) {
-      const auto busy = ordered("recv");
-      const auto data = writable(data_buf);
-      using T = detail::element_of<B>;
-      check_peer(peer, tag, "recv");
-      channel<Transport> ch = channel_for(p2p_fp(dtype_of<T>(), data.size(), tag), "p2p");
-      recorded(ch, {detail::kind_recv, data.size_bytes(), peer}, [&] { ch.recv(peer, data); });
-    });
+    const auto data = writable(data_buf);
+    using T = detail::element_of<B>;
+    if constexpr (matched_p2p<Transport> && !detail::stream_arg<Transport, S>) {
+      return matched_blocking(false, reinterpret_cast<std::byte*>(data.data()), data.size_bytes(), dtype_of<T>(),
+                              data.size(), peer, tag, "recv");
+    } else {
+      auto body = [&](const auto&) {
+        const auto busy = ordered("recv");
+        check_peer(peer, tag, "recv");
+        channel<Transport> ch = channel_for(p2p_fp(dtype_of<T>(), data.size(), tag), "p2p");
+        recorded(ch, {detail::kind_recv, data.size_bytes(), peer}, [&] { ch.recv(peer, data); });
+      };
+      if constexpr (detail::stream_arg<Transport, S>) {
+        return with_stream(stream, body);
+      } else {
+        with_stream(stream, body);
+        return recv_status{peer, tag, data.size()};
+      }
+    }
   }
 
-  /// `send`, posted. Outside a batch, point-to-point operations run like the others, one at a
-  /// time in the order posted: a posted `recv` waits for its message before anything posted
-  /// after it starts, so two ranks that both send first a message larger than the transport
-  /// buffers wait on each other (the later one times out naming the peer). Posted inside a
-  /// batch (`fuse()`, like ncclGroupStart/End), a run of sends and receives goes as one group
-  /// that never deadlocks (see `run_p2p`): `auto b = comm.fuse(); auto s =
+  /// `send`, posted. With `matched_p2p` it starts at once and waits for nothing posted before
+  /// it (MPI's `MPI_Isend`); inside a batch too (`fuse()`: they all start together, as torch's
+  /// `batch_isend_irecv`). Elsewhere, outside a batch, point-to-point operations run like the
+  /// others, one at a time in the order posted: a posted `recv` waits for its message before
+  /// anything posted after it starts, so two ranks that both send first a message larger than
+  /// the transport buffers wait on each other (the later one times out naming the peer);
+  /// posted inside a batch (`fuse()`, like ncclGroupStart/End), a run of sends and receives
+  /// goes as one group that never deadlocks (see `run_p2p`): `auto b = comm.fuse(); auto s =
   /// comm.isend(x, right); auto r = comm.irecv(y, left); b.post();`.
   template <viewable B>
   request isend(B&& data_buf, int peer, int tag = 0) {
@@ -337,22 +374,29 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
                   "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
     auto data = readable(data_buf);
     using U = detail::element_of<B>;
-    if (fusing_)
-      return hold_p2p({true, peer, tag, p2p_fp(dtype_of<U>(), data.size(), tag),
-                       const_cast<std::byte*>(reinterpret_cast<const std::byte*>(data.data())), data.size_bytes()});
-    return post([this, data, peer, tag] { send(data, peer, tag); });
+    auto* bytes = const_cast<std::byte*>(reinterpret_cast<const std::byte*>(data.data()));
+    if constexpr (matched_p2p<Transport>) {
+      return post_matched(true, bytes, data.size_bytes(), dtype_of<U>(), data.size(), peer, tag, "isend");
+    } else {
+      if (fusing_) return hold_p2p({true, peer, tag, p2p_fp(dtype_of<U>(), data.size(), tag), bytes, data.size_bytes()});
+      return post([this, data, peer, tag] { send(data, peer, tag); });
+    }
   }
-  /// `recv`, posted (see `isend`).
+  /// `recv`, posted (see `isend`); `request::status()` gives what it received once complete.
   template <viewable B>
   request irecv(B&& data_buf, int peer, int tag = 0) {
     static_assert(detail::lasting<B>,
                   "tutti: a non-blocking call keeps its buffer until the request completes: pass an lvalue or a tutti::view, not a temporary");
     auto data = writable(data_buf);
     using T = detail::element_of<B>;
-    if (fusing_)
-      return hold_p2p({false, peer, tag, p2p_fp(dtype_of<T>(), data.size(), tag),
-                       reinterpret_cast<std::byte*>(data.data()), data.size_bytes()});
-    return post([this, data, peer, tag] { recv(data, peer, tag); });
+    auto* bytes = reinterpret_cast<std::byte*>(data.data());
+    if constexpr (matched_p2p<Transport>) {
+      return post_matched(false, bytes, data.size_bytes(), dtype_of<T>(), data.size(), peer, tag, "irecv");
+    } else {
+      if (fusing_) return hold_p2p({false, peer, tag, p2p_fp(dtype_of<T>(), data.size(), tag), bytes, data.size_bytes()});
+      request r = post([this, data, peer, tag] { recv(data, peer, tag); });
+      return r;
+    }
   }
 
   /// Operations posted on this communicator and not yet complete.
@@ -806,6 +850,62 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
     }
   }
 
+  /// A send or receive through the transport's own matching (`matched_p2p`), checked and
+  /// started at once, apart from the collectives' queue. A communicator broken by an earlier
+  /// failure, or aborted, refuses it as it refuses any call.
+  request post_matched(bool send, std::byte* data, std::size_t bytes, dtype d, std::size_t count, int peer, int tag,
+                       const char* call) {
+    check_matched_peer(peer, tag, send, call);
+    // Posted operations may be running on the engine's thread, which owns the failure state
+    // meanwhile: the transport's wait then sees an abort, and what the transport refuses is the
+    // caller's alone. Otherwise a call like the others: refused on a broken communicator, and
+    // breaking it when the transport refuses (a tag beyond MPI's bound).
+    if (engine_.busy()) return post_matched_unchecked(send, data, bytes, d, count, peer, tag);
+    request r;
+    guarded([&] { r = post_matched_unchecked(send, data, bytes, d, count, peer, tag); });
+    return r;
+  }
+  request post_matched_unchecked(bool send, std::byte* data, std::size_t bytes, dtype d, std::size_t count, int peer,
+                                 int tag) {
+    p2p_post p;
+    p.peer = peer;
+    p.tag = tag;
+    p.type = d;
+    p.count = count;
+    p.data = data;
+    p.bytes = bytes;
+    p.timeout = cfg_.timeout;
+    p.aborted = aborted_;
+    if constexpr (matched_p2p<Transport>)  // (explicit instantiations compile every member)
+      return request(send ? t_.post_send(p) : t_.post_recv(p));
+    else
+      return request();
+  }
+
+  /// A blocking send or receive through the transport's own matching: posted and waited for.
+  /// With no posted operation running, it is a call like the others (in the flight recorder and
+  /// the counters, shown to the hooks; a failure breaks the communicator and tells the peers);
+  /// beside posted operations, which own that state on the engine's thread meanwhile, its
+  /// failure is its own, as a posted one's.
+  recv_status matched_blocking(bool send, std::byte* data, std::size_t bytes, dtype d, std::size_t count, int peer,
+                               int tag, const char* call) {
+    check_matched_peer(peer, tag, send, call);
+    if (!held_.empty()) release_held();
+    if (engine_.busy()) {
+      request r = post_matched_unchecked(send, data, bytes, d, count, peer, tag);
+      r.wait();
+      return r.status();
+    }
+    recv_status got;
+    channel<Transport> ch = channel_for(p2p_fp(d, count, tag == any_tag ? 0 : tag), "p2p");
+    recorded(ch, {send ? detail::kind_send : detail::kind_recv, bytes, peer == any_source ? -1 : peer}, [&] {
+      request r = post_matched_unchecked(send, data, bytes, d, count, peer, tag);
+      r.wait();
+      got = r.status();
+    });
+    return got;
+  }
+
   request hold_p2p(const detail::p2p_op& o) {
     auto t = std::make_unique<detail::p2p_task<communicator>>(this, o);
     auto state = t->state;
@@ -1120,6 +1220,7 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   }
   void check_root(int root, collective c);
   void check_peer(int peer, int tag, const char* call);
+  void check_matched_peer(int peer, int tag, bool send, const char* call);
   void check_size(std::size_t got, std::size_t want, const char* name, const char* rule, collective c);
   void check_room(std::size_t got, std::size_t want, const char* name, const char* rule, collective c);
   template <class A, class B>

@@ -121,10 +121,16 @@ class [[nodiscard]] request {
   /// Whether this request has an operation not yet waited on.
   bool active() const noexcept { return s_ != nullptr; }
 
+  /// What an `irecv` got (its source, tag and count; see `recv_status`), once `wait()` or a
+  /// `test()` that returned true has completed it. `usage_error` while it is still pending;
+  /// for any other operation, the default `recv_status`.
+  recv_status status() const;
+
  private:
   void finish() {
-    auto e = std::exchange(s_, nullptr)->error;
-    if (e) std::rethrow_exception(e);
+    auto s = std::exchange(s_, nullptr);
+    status_ = s->status;
+    if (s->error) std::rethrow_exception(s->error);
   }
   void settle() noexcept {
     if (s_ && !s_->held.load(std::memory_order_relaxed)) detail::await(*s_);
@@ -134,6 +140,7 @@ class [[nodiscard]] request {
   void check_not_held(const char* call) const;
   friend std::size_t wait_any(std::span<request> rs);
   std::shared_ptr<detail::operation_state> s_;
+  recv_status status_;
 };
 
 /// Waits for every request; then rethrows the first error among them (in order), so that none

@@ -94,6 +94,7 @@ TUTTI_DECL request& request::operator=(request&& o) noexcept {
   if (this != &o) {
     settle();
     s_ = std::move(o.s_);
+    status_ = o.status_;
   }
   return *this;
 }
@@ -103,6 +104,13 @@ TUTTI_COLD TUTTI_DECL void request::check_not_held(const char* call) const {
     throw usage_error(std::string(call) +
                       ": the operation is held in a batch that is still open (communicator::fuse); it runs "
                       "when the batch ends (batch::post() or the end of its scope), so end the batch first");
+}
+
+TUTTI_DECL recv_status request::status() const {
+  if (s_)
+    throw usage_error(
+        "request::status: the operation has not completed yet (wait() for it, or test() until it returns true)");
+  return status_;
 }
 
 TUTTI_DECL void request::wait() {

@@ -30,7 +30,10 @@
 ///    posted ones, `wait_all`/`wait_any`, and `mismatch_error` among pending operations that
 ///    disagree (testing/nonblocking.hpp);
 /// 5. reproducible reductions: `op::ordered` bitwise the serial fold in rank order with every
-///    algorithm, fused and unfused, and plain sums shown to differ (testing/ordered.hpp).
+///    algorithm, fused and unfused, and plain sums shown to differ (testing/ordered.hpp);
+/// 6. point-to-point matched by source and tag, where the transport models `matched_p2p`:
+///    any posting order, 64 outstanding, `any_source`/`any_tag`, shorter messages, and the
+///    receive's errors (testing/p2p.hpp).
 ///
 /// A case that hangs ends the process with "tutti::testing: HANG: ..." on stderr: a transport
 /// that hangs fails loudly instead of stalling its test suite.
@@ -46,6 +49,7 @@
 #include "tutti/testing/collectives.hpp"
 #include "tutti/testing/failures.hpp"
 #include "tutti/testing/mismatch.hpp"
+#include "tutti/testing/p2p.hpp"
 #include "tutti/testing/nonblocking.hpp"
 #include "tutti/testing/ordered.hpp"
 #include "tutti/testing/outcomes.hpp"
@@ -66,6 +70,7 @@ struct options {
   bool failures = true;          ///< part 3
   bool nonblocking = true;       ///< part 4
   bool ordered = true;           ///< part 5
+  bool p2p = true;               ///< part 6
   std::chrono::milliseconds deadline{5000};        ///< the timeout of the communicators in parts 2 and 3
   std::chrono::milliseconds silent_deadline{300};  ///< the timeout of the silent-peer case
   std::chrono::milliseconds abort_within{20};      ///< how soon abort() must release a blocked call
@@ -143,6 +148,7 @@ void check_transport(Runner& run, report& rep, const options& o = {}) {
   if (o.failures) check_failures(run, rep, o);
   if (o.nonblocking) check_nonblocking(run, rep);
   if (o.ordered) check_reproducible<Algorithms>(run, rep, o);
+  if (o.p2p) check_point_to_point(run, rep, o.silent_deadline);
 }
 
 /// The whole suite with ranks as threads: `launch(n, body)` runs `body(comm)` on n threads,
@@ -156,7 +162,7 @@ report conformance_over_threads(Launch launch, const options& o = {},
   for (int n : sizes) {
     auto run = make_thread_runner<Transport>(n, launch, o.deadline);
     options part = o;
-    part.mismatches = part.failures = false;
+    part.mismatches = part.failures = part.p2p = false;
     check_transport<Algorithms>(run, rep, part);
   }
   for (int n : failure_sizes) {

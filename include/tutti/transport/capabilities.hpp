@@ -24,6 +24,7 @@
 /// | `stream_ordered`     | enqueues a call's work on a device stream; a request completes it | communicator     |
 /// | `host_exchange`      | an all-gather of host bytes beside its device memory              | groups, counts   |
 /// | `collective_sub`     | sub-groups made by every rank of the group, members or not        | `new_group`      |
+/// | `matched_p2p`        | point-to-point matched by source and tag, apart from collectives  | send, recv, i*   |
 ///
 /// `transport_traits<T>` gives the tuning kind (which rows of automatic's tuned table apply) and
 /// the memory kind; both come from the transport's own members where it declares them.
@@ -37,6 +38,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -44,6 +46,8 @@
 #include "tutti/core/config.hpp"
 #include "tutti/core/fingerprint.hpp"
 #include "tutti/core/counts.hpp"
+#include "tutti/core/dtype.hpp"
+#include "tutti/core/p2p.hpp"
 #include "tutti/core/memory.hpp"
 #include "tutti/detail/operation.hpp"
 #include "tutti/op/ops.hpp"
@@ -90,6 +94,38 @@ concept transport =
       t.sendrecv(peer, h, in, peer, h, out, w);
       { ct.sub(members, context) } -> std::same_as<T>;
     };
+
+/// A send or receive posted on a transport that matches point-to-point itself (`matched_p2p`).
+struct p2p_post {
+  int peer = 0;  ///< a send's destination; a receive's source, or `any_source`
+  int tag = 0;   ///< a receive's may be `any_tag`
+  dtype type;
+  std::size_t count = 0;      ///< elements sent, or the elements the receive buffer holds
+  std::byte* data = nullptr;  ///< read only for a send
+  std::size_t bytes = 0;
+  /// How long a wait for it may last (counted from when the first wait or test of it begins).
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  /// `communicator::abort`'s flag (shared: the request may outlive the call that posted it).
+  std::shared_ptr<const std::atomic<bool>> aborted;
+};
+
+/// Point-to-point with matching and progress of its own, apart from the collectives' links: a
+/// posted send or receive waits for nothing posted before it. `post_send(p)` and `post_recv(p)`
+/// return the operation's state (detail/operation.hpp), completed once its message has moved
+/// (a receive's `status` set first) or failed; its `poll` keeps the promises of a blocking wait
+/// (the deadline, `timeout_error` naming the peer; `peer_lost` when the peer, or for
+/// `any_source` every peer, is gone; `abort` within about 20 ms). Matching is MPI's: a receive
+/// takes the earliest arrived message of its source (or any) and tag (or any), so messages of
+/// one sender and tag arrive in the order sent; a message of another dtype, or longer than the
+/// receive buffer, fails the receive with `mismatch_error` naming both ranks and both values.
+/// `pending_p2p()` describes this rank's sends and receives not yet complete, one line each
+/// ("recv from rank 1 tag=5 (4000 bytes), posted 2.1 ms ago"), for the flight recorder.
+template <class T>
+concept matched_p2p = transport<T> && requires(T& t, const T& ct, const p2p_post& p) {
+  { t.post_send(p) } -> std::same_as<std::shared_ptr<detail::operation_state>>;
+  { t.post_recv(p) } -> std::same_as<std::shared_ptr<detail::operation_state>>;
+  { ct.pending_p2p() } -> std::same_as<std::vector<std::string>>;
+};
 
 /// The peer's bytes handed to a consumer in place (a pointer into the sender's memory or a shared
 /// segment), in pieces that start at multiples of 64 bytes, so a reduction reads them without a

@@ -22,9 +22,11 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -59,6 +61,26 @@ struct mailbox {
   std::deque<envelope*> q;
 };
 
+/// A send or receive posted for point-to-point matching (`inproc::post_send`, `post_recv`).
+struct p2p_entry {
+  bool send = false;
+  int src = 0, dst = 0;  // group ranks; a receive's `src` may be any_source
+  int tag = 0;           // a receive's may be any_tag
+  dtype type;
+  std::size_t count = 0, bytes = 0;
+  std::byte* data = nullptr;           // a receive's buffer; a rendezvous send's input
+  std::unique_ptr<std::byte[]> eager;  // an eager send's copy of its input
+  bool matched = false;                // taken off its queue by its partner: it completes soon
+  std::chrono::steady_clock::time_point posted = std::chrono::steady_clock::now();
+  std::shared_ptr<operation_state> state = std::make_shared<operation_state>();
+};
+
+/// One receiving rank's point-to-point queues on one communicator (context): the receives it
+/// posted and the messages that arrived before a receive matched them, each in order.
+struct p2p_queues {
+  std::deque<std::shared_ptr<p2p_entry>> receives, arrived;
+};
+
 enum class rank_state { running, returned, failed };
 
 /// What a rank is blocked in, for its peers' checks.
@@ -84,6 +106,10 @@ struct world {
     blocked b;
   };
   std::vector<std::deque<blocked_in_context>> waiting;
+  /// Point-to-point matching, apart from the collectives' mailboxes and their lock: the queues
+  /// of each (context, receiving world rank).
+  std::mutex p2p_mu;
+  std::map<std::pair<std::uint64_t, int>, p2p_queues> p2p;
   std::vector<rank_state> state;
   std::vector<std::string> failure;
   std::vector<std::string> note;  // a rank's last words (a usage error), while it is running
@@ -159,6 +185,19 @@ class inproc {
 
   void sendrecv_with(int to, const header& hs, const std::byte* sdata, int from, const header& hr,
                      byte_consumer consume, const wait_context& w);
+
+  /// Point-to-point with its own matching (`matched_p2p`): the entry goes on the receiver's
+  /// queues (under the world's point-to-point lock), and whichever of a send and its receive
+  /// comes second copies the bytes straight from the sender's input to the receiver's buffer.
+  /// A send of at most `eager_bytes` is copied aside when no receive waits for it and completes
+  /// at once; a larger one completes when its receive has taken it (rendezvous).
+  std::shared_ptr<detail::operation_state> post_send(const p2p_post& p);
+  std::shared_ptr<detail::operation_state> post_recv(const p2p_post& p);
+  /// This rank's sends and receives on this communicator not yet complete, for the flight
+  /// recorder: "recv from rank 1 tag=5 (16 bytes), posted 2.1 ms ago".
+  std::vector<std::string> pending_p2p() const;
+  /// The largest send that completes without its receive (copied aside).
+  static constexpr std::size_t eager_bytes = std::size_t{64} << 10;
 
   /// Marks this rank failed, so its peers raise `peer_lost` with `what` at once.
   void fail(std::string_view what) noexcept;
@@ -268,12 +307,19 @@ class inproc {
     return nullptr;
   }
 
+  /// Completes a matched pair: copies the message into the receive's buffer, or fails both
+  /// with `mismatch_error` (another dtype, or more elements than the buffer holds).
+  void deliver(detail::inproc_impl::p2p_entry& s, detail::inproc_impl::p2p_entry& r) const;
+  /// The `poll` of a pending entry: its deadline, the abort, and a peer (or every peer) gone.
+  void await_partner(const std::shared_ptr<detail::inproc_impl::p2p_entry>& e, const p2p_post& p) const;
+
   std::shared_ptr<world> world_;
   toolkit::group_map group_;
   detail::inproc_impl::world::blocked_in_context* entry_ = nullptr;  // in world_->waiting, under its lock
 };
 
-static_assert(transport<inproc> && zero_copy_recv<inproc> && failure_notices<inproc> && last_words<inproc>);
+static_assert(transport<inproc> && zero_copy_recv<inproc> && failure_notices<inproc> && last_words<inproc> &&
+              matched_p2p<inproc>);
 
 }  // namespace tutti
 

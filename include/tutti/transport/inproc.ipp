@@ -81,6 +81,216 @@ TUTTI_DECL void inproc::sendrecv_with(int to, const header& hs, const std::byte*
   await_delivery(lk, to, e, w);
 }
 
+namespace detail::inproc_impl {
+
+/// Whether receive `r` takes message `s`: its source (or any) and tag (or any).
+inline bool takes(const p2p_entry& r, const p2p_entry& s) {
+  return (r.src == any_source || r.src == s.src) && (r.tag == any_tag || r.tag == s.tag);
+}
+
+/// The header a pending entry's texts describe: send/recv, its dtype, count and tag.
+inline header p2p_header(const p2p_entry& e) {
+  header h;
+  h.fp.coll = collective::send_recv;
+  h.fp.dtype = e.type.id;
+  h.fp.elem_size = static_cast<std::uint8_t>(e.type.size > 255 ? 255 : e.type.size);
+  h.fp.count = e.count;
+  h.fp.root = e.tag == any_tag ? -1 : e.tag;  // (a negative tag is not printed)
+  h.bytes = e.bytes;
+  return h;
+}
+
+/// "send/recv(p2p) on rank 1", for errors.
+inline std::string p2p_here(const toolkit::group_map& g, const p2p_entry& e) {
+  return toolkit::where(p2p_header(e), "p2p") + " on " + g.name(e.send ? e.src : e.dst);
+}
+
+/// The failure of `e`'s peer (for an any-source receive: of every other rank) as this rank
+/// raises it, or null while it may still come: a failed peer's own error, passed on with its
+/// kind; `peer_lost` for one that returned.
+inline std::exception_ptr p2p_lost(world& w, const toolkit::group_map& g, const p2p_entry& e) {
+  std::lock_guard lk(w.mu);
+  const auto state_of = [&](int r) { return w.state[static_cast<std::size_t>(g.world(r))]; };
+  try {
+    if (e.send || e.src != any_source) {
+      const int peer = e.send ? e.dst : e.src;
+      const rank_state st = state_of(peer);
+      if (st == rank_state::running) return nullptr;
+      const std::string& why = w.failure[static_cast<std::size_t>(g.world(peer))];
+      if (st == rank_state::failed) toolkit::raise_notice(why, g, peer, p2p_here(g, e));
+      const std::string& note = w.note[static_cast<std::size_t>(g.world(peer))];
+      toolkit::throw_lost(p2p_here(g, e) + ": " + g.name(peer) + " returned without " +
+                              (e.send ? "receiving it" : "sending it") +
+                              (note.empty() ? std::string() : " (its last words: " + note + ")"),
+                          g.job_rank(peer));
+    }
+    for (int r = 0; r < g.size(); ++r)
+      if (r != e.dst && state_of(r) == rank_state::running) return nullptr;
+    throw peer_lost(p2p_here(g, e) + " from any rank: every other rank has returned or failed, so no message can come");
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+}  // namespace detail::inproc_impl
+
+TUTTI_DECL std::shared_ptr<detail::operation_state> inproc::post_send(const p2p_post& p) {
+  using detail::inproc_impl::p2p_entry;
+  auto s = std::make_shared<p2p_entry>();
+  s->send = true;
+  s->src = rank();
+  s->dst = p.peer;
+  s->tag = p.tag;
+  s->type = p.type;
+  s->count = p.count;
+  s->bytes = p.bytes;
+  s->data = p.data;
+  // To a rank already gone: its failure now, not a message nobody will take.
+  if (std::exception_ptr gone = detail::inproc_impl::p2p_lost(*world_, group_, *s)) {
+    detail::complete(*s->state, std::move(gone));
+    return s->state;
+  }
+  if (p.bytes > eager_bytes) await_partner(s, p);
+  std::shared_ptr<p2p_entry> r;
+  {
+    std::lock_guard lk(world_->p2p_mu);
+    auto& q = world_->p2p[{group_.context(), world_rank(p.peer)}];
+    const auto it = std::find_if(q.receives.begin(), q.receives.end(),
+                                 [&](const auto& e) { return detail::inproc_impl::takes(*e, *s); });
+    if (it != q.receives.end()) {
+      r = *it;
+      q.receives.erase(it);
+      r->matched = s->matched = true;
+    } else {
+      if (p.bytes <= eager_bytes) {  // copied aside: complete now
+        s->eager = std::make_unique_for_overwrite<std::byte[]>(p.bytes);
+        if (p.bytes) std::memcpy(s->eager.get(), p.data, p.bytes);
+        detail::complete(*s->state, nullptr);
+      }
+      q.arrived.push_back(s);
+    }
+  }
+  if (r) deliver(*s, *r);
+  return s->state;
+}
+
+TUTTI_DECL std::shared_ptr<detail::operation_state> inproc::post_recv(const p2p_post& p) {
+  using detail::inproc_impl::p2p_entry;
+  auto r = std::make_shared<p2p_entry>();
+  r->src = p.peer;
+  r->dst = rank();
+  r->tag = p.tag;
+  r->type = p.type;
+  r->count = p.count;
+  r->bytes = p.bytes;
+  r->data = p.data;
+  await_partner(r, p);
+  std::shared_ptr<p2p_entry> s;
+  {
+    std::lock_guard lk(world_->p2p_mu);
+    auto& q = world_->p2p[{group_.context(), group_.world_rank()}];
+    const auto it = std::find_if(q.arrived.begin(), q.arrived.end(),
+                                 [&](const auto& e) { return detail::inproc_impl::takes(*r, *e); });
+    if (it != q.arrived.end()) {
+      s = *it;
+      q.arrived.erase(it);
+      r->matched = s->matched = true;
+    } else {
+      q.receives.push_back(r);
+    }
+  }
+  if (s) deliver(*s, *r);
+  return r->state;
+}
+
+TUTTI_DECL std::vector<std::string> inproc::pending_p2p() const {
+  using detail::inproc_impl::p2p_entry;
+  const auto now = std::chrono::steady_clock::now();
+  const auto line = [&](const p2p_entry& e) {
+    const int peer = e.send ? e.dst : e.src;
+    const double ms = std::chrono::duration<double, std::milli>(now - e.posted).count();
+    char age[32];
+    std::snprintf(age, sizeof age, "%.1f", ms);
+    return std::string(e.send ? "send to " : "recv from ") + (peer == any_source ? "any rank" : group_.name(peer)) +
+           (e.tag == any_tag ? " any tag" : " tag=" + std::to_string(e.tag)) + " (" + std::to_string(e.bytes) +
+           " bytes), posted " + age + " ms ago";
+  };
+  std::vector<std::string> out;
+  std::lock_guard lk(world_->p2p_mu);
+  for (const auto& [key, q] : world_->p2p) {
+    if (key.first != group_.context()) continue;
+    if (key.second == group_.world_rank())
+      for (const auto& e : q.receives) out.push_back(line(*e));
+    for (const auto& e : q.arrived)
+      if (e->src == rank() && !e->state->done.load(std::memory_order_acquire)) out.push_back(line(*e));
+  }
+  return out;
+}
+
+TUTTI_DECL void inproc::deliver(detail::inproc_impl::p2p_entry& s, detail::inproc_impl::p2p_entry& r) const {
+  // Group ranks, as the other mismatch texts name them.
+  const auto name = [](int r) { return "rank " + std::to_string(r); };
+  const auto at = [&] {
+    return "recv on " + name(r.dst) + " from " + name(s.src) + " (tag " + std::to_string(s.tag) + "): " + name(s.src) +
+           " sent count=" + std::to_string(s.count) + " dtype=" + dtype_name(s.type);
+  };
+  const std::string buffer = "count=" + std::to_string(r.count) + " dtype=" + dtype_name(r.type);
+  std::string wrong;
+  if (s.type.id != r.type.id || s.type.size != r.type.size)
+    wrong = at() + ", " + name(r.dst) + " receives into " + buffer;
+  else if (s.count > r.count)
+    wrong = at() + ", more than the receive buffer of " + name(r.dst) + " holds (" + buffer +
+            "); a shorter message is received, and its recv_status says how many elements it held";
+  if (wrong.empty()) {
+    if (s.bytes) std::memcpy(r.data, s.eager ? s.eager.get() : s.data, s.bytes);
+    r.state->status = recv_status{s.src, s.tag, s.count};
+  }
+  // Each side its own exception object: the two threads that wait read theirs at once.
+  const auto failure = [&] { return wrong.empty() ? nullptr : std::make_exception_ptr(mismatch_error(wrong)); };
+  detail::complete(*r.state, failure());
+  if (!s.state->done.load(std::memory_order_acquire)) detail::complete(*s.state, failure());
+}
+
+TUTTI_DECL void inproc::await_partner(const std::shared_ptr<detail::inproc_impl::p2p_entry>& entry,
+                                      const p2p_post& p) const {
+  using clock = std::chrono::steady_clock;
+  // The entry owns its state, which owns this poll: the poll holds the entry weakly. An entry
+  // gone has completed its state.
+  entry->state->poll = [w = world_, weak = std::weak_ptr(entry), g = group_, timeout = p.timeout, aborted = p.aborted,
+                        deadline = clock::time_point{}, look = clock::time_point{}](detail::operation_state& st) mutable {
+    const auto e = weak.lock();
+    if (!e || st.done.load(std::memory_order_acquire)) return;
+    const auto now = clock::now();
+    if (deadline == clock::time_point{}) {
+      deadline = now + timeout;
+      look = now;
+    }
+    std::exception_ptr why;
+    if (aborted && aborted->load(std::memory_order_acquire)) {
+      why = std::make_exception_ptr(error(errc::aborted, detail::inproc_impl::p2p_here(g, *e) +
+                                                             ": the communicator was aborted (communicator::abort)"));
+    } else if (now >= look) {  // the peers' states, every millisecond
+      look = now + std::chrono::milliseconds(1);
+      why = detail::inproc_impl::p2p_lost(*w, g, *e);
+    }
+    if (!why && now >= deadline) {
+      const int me = e->send ? e->src : e->dst, peer = e->send ? e->dst : e->src;
+      why = std::make_exception_ptr(timeout_error(toolkit::timeout_text(
+          detail::inproc_impl::p2p_header(*e), "p2p", g.name(me), timeout,
+          e->send ? "to take delivery from" : "to receive from", peer == any_source ? "any rank" : g.name(peer))));
+    }
+    if (!why) return;
+    {
+      std::lock_guard lk(w->p2p_mu);
+      if (e->matched) return;  // its partner is copying: it completes in a moment
+      auto& q = w->p2p[{g.context(), g.world(e->dst)}];
+      auto& list = e->send ? q.arrived : q.receives;
+      list.erase(std::find(list.begin(), list.end(), e));
+    }
+    detail::complete(st, why);
+  };
+}
+
 TUTTI_DECL void inproc::fail(std::string_view what) noexcept {
   try {
     world_->fail(group_.world_rank(), std::string(what));

@@ -125,6 +125,10 @@ inline void mpi::adopt() {
   using namespace detail::mpi_impl;
   const std::string where = "tutti::mpi";
   check(MPI_Comm_set_errhandler(st_->comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", where);
+  // Point-to-point's own communicator (mpi/matching.hpp): every member is here, having just
+  // made `comm` together.
+  check(MPI_Comm_dup(st_->comm, &st_->p2p), "MPI_Comm_dup", where);
+  check(MPI_Comm_set_errhandler(st_->p2p, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", where);
   check(MPI_Comm_rank(st_->comm, &rank_), "MPI_Comm_rank", where);
   check(MPI_Comm_size(st_->comm, &size_), "MPI_Comm_size", where);
   st_->oversubscribed = detail::mpi_impl::oversubscribed();

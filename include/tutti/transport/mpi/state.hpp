@@ -33,9 +33,17 @@ void keep_until_exit(std::unique_ptr<T[]> buf) {
   kept->push_back(std::move(buf));
 }
 
+struct p2p_op;  // mpi/matching.hpp
+
 /// One transport's communicator and what its copies share.
 struct comm_state {
   MPI_Comm comm = MPI_COMM_NULL;
+  /// Point-to-point matched by source and tag (mpi/matching.hpp): a duplicate of `comm` of its
+  /// own, so that MPI_ANY_TAG never takes the transport's frames and notices; under `p2p_mu`,
+  /// every operation pending (for the flight record).
+  MPI_Comm p2p = MPI_COMM_NULL;
+  std::mutex p2p_mu;
+  std::vector<std::shared_ptr<p2p_op>> p2p_live;
   int tag_ub = 32767;
   bool oversubscribed = false;  // more ranks on this host than cores
   bool broken = false;           // a collective failed on it (`fail` was called)
@@ -74,6 +82,7 @@ struct comm_state {
         MPI_Recv(drop.data(), n, MPI_CHAR, st.MPI_SOURCE, tag, comm, MPI_STATUS_IGNORE);
       }
     for (auto& [req, buf] : waiting) MPI_Wait(&req, MPI_STATUS_IGNORE);  // 48 bytes: sent eagerly
+    if (p2p != MPI_COMM_NULL) MPI_Comm_free(&p2p);  // (operations still pending complete first)
     MPI_Comm_free(&comm);  // local in practice; our own notices were sent eagerly
   }
 };

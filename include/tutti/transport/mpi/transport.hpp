@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <span>
 #include <string>
@@ -77,6 +78,14 @@ class mpi {
                 const wait_context& w) {
     exchange(to, &hs, sdata, from, &hr, rdata, w);
   }
+
+  /// Point-to-point matched by source and tag (`matched_p2p`; mpi/matching.hpp): MPI's own
+  /// matching on a communicator of its own, any order, `any_source` and `any_tag`. A lost peer
+  /// is seen by the deadline (or by MPI, which ends most jobs that lose a rank), not yet by the
+  /// failure notices.
+  std::shared_ptr<detail::operation_state> post_send(const p2p_post& p);
+  std::shared_ptr<detail::operation_state> post_recv(const p2p_post& p);
+  std::vector<std::string> pending_p2p() const;
 
   /// Tells the group's other ranks that this one failed, so those waiting for it raise
   /// `peer_lost` with `what` instead of timing out. Never blocks.
@@ -297,6 +306,15 @@ class mpi {
   template <class Ready>
   void drive(const wait_context& w, const header& h, int peer, int peer2, const char* doing, Ready ready);
 
+  // Point-to-point matching's parts (mpi/matching.hpp).
+  void check_p2p_post(const detail::mpi_impl::p2p_op& e) const;
+  std::string p2p_where(const detail::mpi_impl::p2p_op& e) const;
+  /// The operation's state, with the poll that tests it, keeps its deadline and the abort.
+  std::shared_ptr<detail::operation_state> p2p_state(const std::shared_ptr<detail::mpi_impl::p2p_op>& e,
+                                                     const p2p_post& p);
+  /// A receive's message has come: its status, or the mismatch it is.
+  std::exception_ptr p2p_received(const detail::mpi_impl::p2p_op& e, detail::operation_state& st) const;
+
   /// Raises `peer_lost` if `peer` (any rank when -1) sent a failure notice.
   void check_notice(int peer, const header& h, const wait_context& w);
 
@@ -306,7 +324,8 @@ class mpi {
   int size_ = 1;
 };
 
-static_assert(transport<mpi> && native_collectives<mpi> && failure_notices<mpi> && from_environment<mpi> && shrinkable<mpi>);
+static_assert(transport<mpi> && native_collectives<mpi> && failure_notices<mpi> && from_environment<mpi> && shrinkable<mpi> &&
+              matched_p2p<mpi>);
 
 }  // namespace tutti
 
@@ -316,3 +335,4 @@ static_assert(transport<mpi> && native_collectives<mpi> && failure_notices<mpi> 
 #include "tutti/transport/mpi/wait.hpp"
 #include "tutti/transport/mpi/point_to_point.hpp"
 #include "tutti/transport/mpi/native.hpp"
+#include "tutti/transport/mpi/matching.hpp"
