@@ -70,42 +70,29 @@ inline MPI_Datatype message_type(p2p_header* head, std::byte* data, std::size_t 
 
 }  // namespace detail::mpi_impl
 
-inline std::shared_ptr<detail::operation_state> mpi::post_send(const p2p_post& p) {
-  using namespace detail::mpi_impl;
-  auto e = std::make_shared<p2p_op>();
-  e->send = true;
-  e->peer = p.peer;
-  e->tag = p.tag;
-  e->type = p.type;
-  e->count = p.count;
-  e->bytes = p.bytes;
-  e->data = p.data;
-  e->head = {p.type.id, p.type.size, p.count};
-  check_p2p_post(*e);
-  const std::string where = p2p_where(*e);
-  MPI_Datatype t = message_type(&e->head, p.data, p.bytes, where);
-  const int rc = MPI_Isend(MPI_BOTTOM, 1, t, p.peer, p.tag, st_->p2p, &e->req);
-  MPI_Type_free(&t);
-  check(rc, "MPI_Isend", where);
-  return p2p_state(e, p);
-}
+inline std::shared_ptr<detail::operation_state> mpi::post_send(const p2p_post& p) { return post_p2p(p, true); }
 
-inline std::shared_ptr<detail::operation_state> mpi::post_recv(const p2p_post& p) {
+inline std::shared_ptr<detail::operation_state> mpi::post_recv(const p2p_post& p) { return post_p2p(p, false); }
+
+inline std::shared_ptr<detail::operation_state> mpi::post_p2p(const p2p_post& p, bool send) {
   using namespace detail::mpi_impl;
   auto e = std::make_shared<p2p_op>();
+  e->send = send;
   e->peer = p.peer;
   e->tag = p.tag;
   e->type = p.type;
   e->count = p.count;
   e->bytes = p.bytes;
   e->data = p.data;
+  if (send) e->head = {p.type.id, p.type.size, p.count};
   check_p2p_post(*e);
   const std::string where = p2p_where(*e);
   MPI_Datatype t = message_type(&e->head, p.data, p.bytes, where);
-  const int rc = MPI_Irecv(MPI_BOTTOM, 1, t, p.peer == any_source ? MPI_ANY_SOURCE : p.peer,
-                           p.tag == any_tag ? MPI_ANY_TAG : p.tag, st_->p2p, &e->req);
+  const int rc = send ? MPI_Isend(MPI_BOTTOM, 1, t, p.peer, p.tag, st_->p2p, &e->req)
+                      : MPI_Irecv(MPI_BOTTOM, 1, t, p.peer == any_source ? MPI_ANY_SOURCE : p.peer,
+                                  p.tag == any_tag ? MPI_ANY_TAG : p.tag, st_->p2p, &e->req);
   MPI_Type_free(&t);
-  check(rc, "MPI_Irecv", where);
+  check(rc, send ? "MPI_Isend" : "MPI_Irecv", where);
   return p2p_state(e, p);
 }
 

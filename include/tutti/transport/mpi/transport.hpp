@@ -307,6 +307,8 @@ class mpi {
   void drive(const wait_context& w, const header& h, int peer, int peer2, const char* doing, Ready ready);
 
   // Point-to-point matching's parts (mpi/matching.hpp).
+  /// Posts a send (an MPI_Isend) or a receive (an MPI_Irecv) of header and payload.
+  std::shared_ptr<detail::operation_state> post_p2p(const p2p_post& p, bool send);
   void check_p2p_post(const detail::mpi_impl::p2p_op& e) const;
   std::string p2p_where(const detail::mpi_impl::p2p_op& e) const;
   /// The operation's state, with the poll that tests it, keeps its deadline and the abort.
