@@ -46,7 +46,7 @@ void ring_example(Comm& comm) {
   const int n = comm.size();
   std::vector<float> mine(4, static_cast<float>(comm.rank() + 1)), all(4);
   ring_all_reduce(comm, mine, all);
-  char text[80];
+  char text[160];
   std::snprintf(text, sizeof text, "ring all-reduce of rank + 1 = [%g %g %g %g]", all[0], all[1], all[2], all[3]);
   report(comm.rank(), "ring", all == std::vector<float>(4, static_cast<float>(n * (n + 1) / 2)), text);
 }
@@ -95,7 +95,7 @@ void manager_workers(Comm& comm) {
       comm.send(tutti::view(a), st.source, answer);
       ++served;
     }
-    char text[80];
+    char text[160];
     std::snprintf(text, sizeof text, "served %d requests", served);
     report(0, "manager", served == 3 * (comm.size() - 1), text);
   } else {
@@ -110,7 +110,7 @@ void manager_workers(Comm& comm) {
     comm.send(tutti::view(bye), 0, done);
     long want = 0;
     for (long i = 1; i <= 3; ++i) want += (comm.rank() * 10 + i) * (comm.rank() * 10 + i);
-    char text[80];
+    char text[160];
     std::snprintf(text, sizeof text, "sum of the squares it was sent: %ld", sum);
     report(comm.rank(), "worker", sum == want, text);
   }
