@@ -527,26 +527,17 @@ void communicator<Transport, Algorithm>::check_root(int root, collective c) {
 }
 
 template <transport Transport, algorithm Algorithm>
-void communicator<Transport, Algorithm>::check_peer(int peer, int tag, const char* call) {
-  if (peer == any_source || tag == any_tag)
-    usage(std::string(call) + " on rank " + std::to_string(rank()) + ": " +
-          (peer == any_source ? "any_source" : "any_tag") +
-          " needs a transport that matches point-to-point itself (tutti::matched_p2p: inproc, mpi); this one receives "
-          "the next message of a named source and tag");
-  if (peer < 0 || peer >= size())
-    usage(std::string(call) + " on rank " + std::to_string(rank()) + ": peer " + std::to_string(peer) +
-          " is outside 0.." + std::to_string(size() - 1));
-  if (peer == rank())
-    usage(std::string(call) + " on rank " + std::to_string(rank()) + ": a rank cannot " + call +
-          " to or from itself (it would block forever)");
-  if (tag < 0) usage(std::string(call) + ": tag " + std::to_string(tag) + " is negative");
-}
-
-template <transport Transport, algorithm Algorithm>
-void communicator<Transport, Algorithm>::check_matched_peer(int peer, int tag, bool send, const char* call) {
-  if (send && (peer == any_source || tag == any_tag))
-    usage(std::string(call) + " on rank " + std::to_string(rank()) + ": " +
-          (peer == any_source ? "any_source" : "any_tag") + " is for receives only; a send names its destination and tag");
+void communicator<Transport, Algorithm>::check_peer(int peer, int tag, const char* call, bool receive) {
+  if (peer == any_source || tag == any_tag) {
+    const std::string any = peer == any_source ? "any_source" : "any_tag";
+    if (!matched_p2p<Transport>)
+      usage(std::string(call) + " on rank " + std::to_string(rank()) + ": " + any +
+            " needs a transport that matches point-to-point itself (tutti::matched_p2p: inproc, mpi); this one "
+            "receives the next message of a named source and tag");
+    if (!receive)
+      usage(std::string(call) + " on rank " + std::to_string(rank()) + ": " + any +
+            " is for receives only; a send names its destination and tag");
+  }
   if (peer != any_source && (peer < 0 || peer >= size()))
     usage(std::string(call) + " on rank " + std::to_string(rank()) + ": peer " + std::to_string(peer) +
           " is outside 0.." + std::to_string(size() - 1));

@@ -324,7 +324,7 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
         const auto busy = ordered("send");
         const auto data = readable(data_buf);
         using U = detail::element_of<B>;
-        check_peer(peer, tag, "send");
+        check_peer(peer, tag, "send", false);
         channel<Transport> ch = channel_for(p2p_fp(dtype_of<U>(), data.size(), tag), "p2p");
         recorded(ch, {detail::kind_send, data.size_bytes(), peer}, [&] { ch.send(peer, data); });
       });
@@ -346,7 +346,7 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
     } else {
       auto body = [&](const auto&) {
         const auto busy = ordered("recv");
-        check_peer(peer, tag, "recv");
+        check_peer(peer, tag, "recv", true);
         channel<Transport> ch = channel_for(p2p_fp(dtype_of<T>(), data.size(), tag), "p2p");
         recorded(ch, {detail::kind_recv, data.size_bytes(), peer}, [&] { ch.recv(peer, data); });
       };
@@ -394,8 +394,7 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
       return post_matched(false, bytes, data.size_bytes(), dtype_of<T>(), data.size(), peer, tag, "irecv");
     } else {
       if (fusing_) return hold_p2p({false, peer, tag, p2p_fp(dtype_of<T>(), data.size(), tag), bytes, data.size_bytes()});
-      request r = post([this, data, peer, tag] { recv(data, peer, tag); });
-      return r;
+      return post([this, data, peer, tag] { recv(data, peer, tag); });
     }
   }
 
@@ -855,7 +854,7 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   /// failure, or aborted, refuses it as it refuses any call.
   request post_matched(bool send, std::byte* data, std::size_t bytes, dtype d, std::size_t count, int peer, int tag,
                        const char* call) {
-    check_matched_peer(peer, tag, send, call);
+    check_peer(peer, tag, call, !send);
     // Posted operations may be running on the engine's thread, which owns the failure state
     // meanwhile: the transport's wait then sees an abort, and what the transport refuses is the
     // caller's alone. Otherwise a call like the others: refused on a broken communicator, and
@@ -889,20 +888,20 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   /// failure is its own, as a posted one's.
   recv_status matched_blocking(bool send, std::byte* data, std::size_t bytes, dtype d, std::size_t count, int peer,
                                int tag, const char* call) {
-    check_matched_peer(peer, tag, send, call);
+    check_peer(peer, tag, call, !send);
     if (!held_.empty()) release_held();
-    if (engine_.busy()) {
-      request r = post_matched_unchecked(send, data, bytes, d, count, peer, tag);
-      r.wait();
-      return r.status();
-    }
     recv_status got;
-    channel<Transport> ch = channel_for(p2p_fp(d, count, tag == any_tag ? 0 : tag), "p2p");
-    recorded(ch, {send ? detail::kind_send : detail::kind_recv, bytes, peer == any_source ? -1 : peer}, [&] {
+    const auto run = [&] {
       request r = post_matched_unchecked(send, data, bytes, d, count, peer, tag);
       r.wait();
       got = r.status();
-    });
+    };
+    if (engine_.busy()) {
+      run();
+    } else {
+      channel<Transport> ch = channel_for(p2p_fp(d, count, tag == any_tag ? 0 : tag), "p2p");
+      recorded(ch, {send ? detail::kind_send : detail::kind_recv, bytes, peer == any_source ? -1 : peer}, run);
+    }
     return got;
   }
 
@@ -920,7 +919,7 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   /// i-th receive of rank r + k in that same step (each pair's messages keep their order), so
   /// every rank's i-th operation needs only its neighbours' i-th: all complete, step by step.
   void run_p2p(std::span<const detail::p2p_op> ops) {
-    for (const detail::p2p_op& o : ops) check_peer(o.peer, o.tag, o.send ? "isend" : "irecv");
+    for (const detail::p2p_op& o : ops) check_peer(o.peer, o.tag, o.send ? "isend" : "irecv", !o.send);
     const int n = size(), r = rank();
     std::vector<const detail::p2p_op*> out, in;
     for (int k = 1; k < n; ++k) {
@@ -1219,8 +1218,9 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
     return std::string(collective_name(c)) + " on rank " + std::to_string(rank());
   }
   void check_root(int root, collective c);
-  void check_peer(int peer, int tag, const char* call);
-  void check_matched_peer(int peer, int tag, bool send, const char* call);
+  /// A point-to-point call's peer and tag (`receive`: `any_source` and `any_tag` allowed where
+  /// the transport matches point-to-point itself).
+  void check_peer(int peer, int tag, const char* call, bool receive);
   void check_size(std::size_t got, std::size_t want, const char* name, const char* rule, collective c);
   void check_room(std::size_t got, std::size_t want, const char* name, const char* rule, collective c);
   template <class A, class B>

@@ -88,16 +88,22 @@ inline bool takes(const p2p_entry& r, const p2p_entry& s) {
   return (r.src == any_source || r.src == s.src) && (r.tag == any_tag || r.tag == s.tag);
 }
 
-/// The header a pending entry's texts describe: send/recv, its dtype, count and tag.
-inline header p2p_header(const p2p_entry& e) {
-  header h;
-  h.fp.coll = collective::send_recv;
-  h.fp.dtype = e.type.id;
-  h.fp.elem_size = static_cast<std::uint8_t>(e.type.size > 255 ? 255 : e.type.size);
-  h.fp.count = e.count;
-  h.fp.root = e.tag == any_tag ? -1 : e.tag;  // (a negative tag is not printed)
-  h.bytes = e.bytes;
-  return h;
+/// The header a pending entry's texts describe.
+inline header p2p_header(const p2p_entry& e) { return toolkit::p2p_header(e.type, e.count, e.tag, e.bytes); }
+
+/// An entry for a posted send or receive: a send's source is this rank, a receive's
+/// destination.
+inline std::shared_ptr<p2p_entry> p2p_entry_of(const p2p_post& p, bool send, int me) {
+  auto e = std::make_shared<p2p_entry>();
+  e->send = send;
+  e->src = send ? me : p.peer;
+  e->dst = send ? p.peer : me;
+  e->tag = p.tag;
+  e->type = p.type;
+  e->count = p.count;
+  e->bytes = p.bytes;
+  e->data = p.data;
+  return e;
 }
 
 /// "send/recv(p2p) on rank 1", for errors.
@@ -136,15 +142,7 @@ inline std::exception_ptr p2p_lost(world& w, const toolkit::group_map& g, const 
 
 TUTTI_DECL std::shared_ptr<detail::operation_state> inproc::post_send(const p2p_post& p) {
   using detail::inproc_impl::p2p_entry;
-  auto s = std::make_shared<p2p_entry>();
-  s->send = true;
-  s->src = rank();
-  s->dst = p.peer;
-  s->tag = p.tag;
-  s->type = p.type;
-  s->count = p.count;
-  s->bytes = p.bytes;
-  s->data = p.data;
+  auto s = detail::inproc_impl::p2p_entry_of(p, true, rank());
   // To a rank already gone: its failure now, not a message nobody will take.
   if (std::exception_ptr gone = detail::inproc_impl::p2p_lost(*world_, group_, *s)) {
     detail::complete(*s->state, std::move(gone));
@@ -176,14 +174,7 @@ TUTTI_DECL std::shared_ptr<detail::operation_state> inproc::post_send(const p2p_
 
 TUTTI_DECL std::shared_ptr<detail::operation_state> inproc::post_recv(const p2p_post& p) {
   using detail::inproc_impl::p2p_entry;
-  auto r = std::make_shared<p2p_entry>();
-  r->src = p.peer;
-  r->dst = rank();
-  r->tag = p.tag;
-  r->type = p.type;
-  r->count = p.count;
-  r->bytes = p.bytes;
-  r->data = p.data;
+  auto r = detail::inproc_impl::p2p_entry_of(p, false, rank());
   await_partner(r, p);
   std::shared_ptr<p2p_entry> s;
   {
@@ -208,12 +199,8 @@ TUTTI_DECL std::vector<std::string> inproc::pending_p2p() const {
   const auto now = std::chrono::steady_clock::now();
   const auto line = [&](const p2p_entry& e) {
     const int peer = e.send ? e.dst : e.src;
-    const double ms = std::chrono::duration<double, std::milli>(now - e.posted).count();
-    char age[32];
-    std::snprintf(age, sizeof age, "%.1f", ms);
-    return std::string(e.send ? "send to " : "recv from ") + (peer == any_source ? "any rank" : group_.name(peer)) +
-           (e.tag == any_tag ? " any tag" : " tag=" + std::to_string(e.tag)) + " (" + std::to_string(e.bytes) +
-           " bytes), posted " + age + " ms ago";
+    return toolkit::p2p_pending_line(e.send, peer == any_source ? "any rank" : group_.name(peer), e.tag, e.bytes,
+                                     now - e.posted);
   };
   std::vector<std::string> out;
   std::lock_guard lk(world_->p2p_mu);
@@ -228,19 +215,7 @@ TUTTI_DECL std::vector<std::string> inproc::pending_p2p() const {
 }
 
 TUTTI_DECL void inproc::deliver(detail::inproc_impl::p2p_entry& s, detail::inproc_impl::p2p_entry& r) const {
-  // Group ranks, as the other mismatch texts name them.
-  const auto name = [](int r) { return "rank " + std::to_string(r); };
-  const auto at = [&] {
-    return "recv on " + name(r.dst) + " from " + name(s.src) + " (tag " + std::to_string(s.tag) + "): " + name(s.src) +
-           " sent count=" + std::to_string(s.count) + " dtype=" + dtype_name(s.type);
-  };
-  const std::string buffer = "count=" + std::to_string(r.count) + " dtype=" + dtype_name(r.type);
-  std::string wrong;
-  if (s.type.id != r.type.id || s.type.size != r.type.size)
-    wrong = at() + ", " + name(r.dst) + " receives into " + buffer;
-  else if (s.count > r.count)
-    wrong = at() + ", more than the receive buffer of " + name(r.dst) + " holds (" + buffer +
-            "); a shorter message is received, and its recv_status says how many elements it held";
+  const std::string wrong = toolkit::p2p_mismatch(s.src, r.dst, s.tag, s.type, s.count, r.type, r.count);
   if (wrong.empty()) {
     if (s.bytes) std::memcpy(r.data, s.eager ? s.eager.get() : s.data, s.bytes);
     r.state->status = recv_status{s.src, s.tag, s.count};

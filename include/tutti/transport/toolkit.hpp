@@ -13,5 +13,6 @@
 #include "tutti/transport/toolkit/errors.hpp"
 #include "tutti/transport/toolkit/group_map.hpp"
 #include "tutti/transport/toolkit/host.hpp"
+#include "tutti/transport/toolkit/p2p.hpp"
 #include "tutti/transport/toolkit/wait.hpp"
 #include "tutti/transport/toolkit/wire.hpp"

@@ -18,8 +18,6 @@
 #include <chrono>
 #include <climits>
 #include <cstdint>
-#include <cstdio>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,7 +47,6 @@ struct p2p_op {
   std::byte* data = nullptr;
   p2p_header head;  // a send's, or what a receive got
   MPI_Request req = MPI_REQUEST_NULL;
-  bool too_long = false;          // a receive: the message did not fit (MPI_ERR_TRUNCATE)
   int source = -1, got_tag = -1;  // a receive: the message's
   std::chrono::steady_clock::time_point posted = std::chrono::steady_clock::now();
 };
@@ -131,8 +128,7 @@ inline std::shared_ptr<detail::operation_state> mpi::p2p_state(const std::shared
       const int rc = MPI_Test(&e->req, &flag, &status);
       int cls = rc;
       if (rc != MPI_SUCCESS) MPI_Error_class(rc, &cls);
-      if (!e->send && cls == MPI_ERR_TRUNCATE) {  // the header came whole: the error names both counts
-        e->too_long = true;
+      if (!e->send && cls == MPI_ERR_TRUNCATE) {  // the header came whole: the mismatch names both counts
         flag = 1;
       } else {
         check(rc, "MPI_Test", t.p2p_where(*e));
@@ -146,14 +142,7 @@ inline std::shared_ptr<detail::operation_state> mpi::p2p_state(const std::shared
       if (!done && aborted && aborted->load(std::memory_order_acquire))
         throw error(errc::aborted, t.p2p_where(*e) + ": the communicator was aborted (communicator::abort)");
       if (!done && now >= deadline) {
-        header h;
-        h.fp.coll = collective::send_recv;
-        h.fp.dtype = e->type.id;
-        h.fp.elem_size = static_cast<std::uint8_t>(e->type.size > 255 ? 255 : e->type.size);
-        h.fp.count = e->count;
-        h.fp.root = e->tag == any_tag ? -1 : e->tag;
-        h.bytes = e->bytes;
-        throw timeout_error(toolkit::timeout_text(h, "p2p", "rank " + std::to_string(t.rank_), timeout,
+        throw timeout_error(toolkit::timeout_text(toolkit::p2p_header(e->type, e->count, e->tag, e->bytes), "p2p", "rank " + std::to_string(t.rank_), timeout,
                                                   e->send ? "to take delivery from" : "to receive from",
                                                   e->peer == any_source ? "any rank" : "rank " + std::to_string(e->peer)));
       }
@@ -174,7 +163,6 @@ inline std::shared_ptr<detail::operation_state> mpi::p2p_state(const std::shared
         why = t.p2p_received(*e, st);
       }
     }
-    if (!done && !why) return;
     {
       std::lock_guard lk(t.st_->p2p_mu);
       auto& live = t.st_->p2p_live;
@@ -188,21 +176,10 @@ inline std::shared_ptr<detail::operation_state> mpi::p2p_state(const std::shared
 }
 
 inline std::exception_ptr mpi::p2p_received(const detail::mpi_impl::p2p_op& e, detail::operation_state& st) const {
-  using namespace detail::mpi_impl;
-  const p2p_header& head = e.head;
-  const std::string sent = "recv on rank " + std::to_string(rank_) + " from rank " + std::to_string(e.source) + " (tag " +
-                           std::to_string(e.got_tag) + "): rank " + std::to_string(e.source) + " sent count=" +
-                           std::to_string(head.count) + " dtype=" + dtype_name(dtype{head.dtype, head.elem_size});
-  const std::string buffer = "count=" + std::to_string(e.count) + " dtype=" + dtype_name(e.type);
-  if (head.dtype != e.type.id || head.elem_size != e.type.size)
-    return std::make_exception_ptr(
-        mismatch_error(sent + ", rank " + std::to_string(rank_) + " receives into " + buffer));
-  if (e.too_long)
-    return std::make_exception_ptr(mismatch_error(sent + ", more than the receive buffer of rank " + std::to_string(rank_) +
-                                                  " holds (" + buffer +
-                                                  "); a shorter message is received, and its recv_status says how "
-                                                  "many elements it held"));
-  st.status = recv_status{e.source, e.got_tag, static_cast<std::size_t>(head.count)};
+  const dtype sent{e.head.dtype, e.head.elem_size};
+  const std::string wrong = toolkit::p2p_mismatch(e.source, rank_, e.got_tag, sent, e.head.count, e.type, e.count);
+  if (!wrong.empty()) return std::make_exception_ptr(mismatch_error(wrong));
+  st.status = recv_status{e.source, e.got_tag, static_cast<std::size_t>(e.head.count)};
   return nullptr;
 }
 
@@ -210,14 +187,9 @@ inline std::vector<std::string> mpi::pending_p2p() const {
   const auto now = std::chrono::steady_clock::now();
   std::vector<std::string> out;
   std::lock_guard lk(st_->p2p_mu);
-  for (const auto& e : st_->p2p_live) {
-    char age[32];
-    std::snprintf(age, sizeof age, "%.1f", std::chrono::duration<double, std::milli>(now - e->posted).count());
-    out.push_back(std::string(e->send ? "send to " : "recv from ") +
-                  (e->peer == any_source ? std::string("any rank") : "rank " + std::to_string(e->peer)) +
-                  (e->tag == any_tag ? std::string(" any tag") : " tag=" + std::to_string(e->tag)) + " (" +
-                  std::to_string(e->bytes) + " bytes), posted " + age + " ms ago");
-  }
+  for (const auto& e : st_->p2p_live)
+    out.push_back(toolkit::p2p_pending_line(e->send, e->peer == any_source ? "any rank" : "rank " + std::to_string(e->peer),
+                                            e->tag, e->bytes, now - e->posted));
   return out;
 }
 
