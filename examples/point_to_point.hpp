@@ -1,6 +1,6 @@
 // The three programs of examples/point_to_point.cpp, each a function over any communicator whose
-// transport matches point-to-point itself (tutti::matched_p2p: inproc, mpi), so that the tests
-// run them over processes too (tests/multiproc/mpi_collectives.cpp). Each prints one line per
+// transport matches point-to-point itself (tutti::matched_p2p: inproc, shm, mpi), so that the tests
+// run them over processes too (tests/multiproc/mpi_collectives.cpp, shm_collectives.cpp). Each prints one line per
 // rank and counts a wrong result in `tutti_examples::wrong`.
 #pragma once
 

@@ -9,6 +9,7 @@
 #include "../support/job_world.hpp"
 #include "../support/collective_checks.hpp"
 #include "../support/observe_checks.hpp"
+#include "../../examples/point_to_point.hpp"
 
 using namespace tutti;
 using namespace tutti::test;
@@ -86,6 +87,16 @@ TEST_CASE("over shm: send and recv") {
     CHECK(data[0] == me);
     CHECK(data[99999] == me + 99999);
   }
+  comm.barrier();
+}
+
+TEST_CASE("over shm: the point-to-point examples: the tutorial's ring, a halo exchange, a manager") {
+  auto& comm = world();
+  const int before = tutti_examples::wrong;
+  tutti_examples::ring_example(comm);
+  if (comm.size() == 4) tutti_examples::halo_exchange(comm, 2, 2);  // a 2 x 2 grid (north = south)
+  tutti_examples::manager_workers(comm);
+  CHECK(tutti_examples::wrong == before);
   comm.barrier();
 }
 

@@ -30,6 +30,9 @@ struct operation_state {
   std::function<void(operation_state&)> poll;
   /// A receive's: what it got (written before `done` is set).
   recv_status status;
+  /// Set by `await` before it polls: the holder is blocked in this operation (a wait, not a
+  /// test), so a transport may tell its peers so (shm's wait-cycle check).
+  bool awaited = false;
 };
 
 /// Wakes the `wait_any`s in progress when any operation of the process completes (requests of

@@ -28,6 +28,7 @@ TUTTI_DECL void complete(operation_state& s, std::exception_ptr e, bool quiet) {
 
 TUTTI_DECL void await(operation_state& s) {
   if (s.poll) {
+    s.awaited = true;
     for (int i = 0; !s.done.load(std::memory_order_acquire); ++i) {
       s.poll(s);
       if (s.done.load(std::memory_order_acquire)) break;

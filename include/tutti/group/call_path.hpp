@@ -532,7 +532,7 @@ void communicator<Transport, Algorithm>::check_peer(int peer, int tag, const cha
     const std::string any = peer == any_source ? "any_source" : "any_tag";
     if (!matched_p2p<Transport>)
       usage(std::string(call) + " on rank " + std::to_string(rank()) + ": " + any +
-            " needs a transport that matches point-to-point itself (tutti::matched_p2p: inproc, mpi); this one "
+            " needs a transport that matches point-to-point itself (tutti::matched_p2p: inproc, shm, mpi); this one "
             "receives the next message of a named source and tag");
     if (!receive)
       usage(std::string(call) + " on rank " + std::to_string(rank()) + ": " + any +

@@ -297,7 +297,7 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
 
   // ---- point to point ---------------------------------------------------------------------
   //
-  // Where the transport matches point-to-point itself (`matched_p2p`: inproc, mpi), sends and
+  // Where the transport matches point-to-point itself (`matched_p2p`: inproc, shm, mpi), sends and
   // receives are matched by source and tag as in MPI and progress apart from the collectives:
   // a posted `irecv` holds nothing back, `recv` takes `any_source` and `any_tag`, and a
   // message shorter than the receive buffer is received (`recv_status` says its count). On the

@@ -2,7 +2,8 @@
 /// The shared segment of `tutti::shm`: what lies where, identically computed by every rank.
 ///
 ///     [4 KiB header page][control block per rank][notices per rank]
-///     [byte ring per ordered pair of ranks][window per rank][arena per rank]
+///     [byte ring per ordered pair of ranks][point-to-point ring per ordered pair of ranks]
+///     [window per rank][arena per rank]
 ///
 /// A control block is a few cache lines, each with a single writer (the rank, except the
 /// doorbell, which whoever wakes the rank bumps). Fingerprints are stored as words of atomics
@@ -21,7 +22,7 @@
 
 namespace tutti::detail::shm_impl {
 
-inline constexpr std::uint64_t segment_magic = 0x7475747469736d32ull;  // "tuttism2"
+inline constexpr std::uint64_t segment_magic = 0x7475747469736d33ull;  // "tuttism3"
 inline constexpr std::size_t line = 64;
 inline constexpr std::size_t fp_words = toolkit::wire::fingerprint_words;
 
@@ -69,10 +70,12 @@ struct control {
   std::atomic<std::uint32_t> shrink_gen;             // shrink: how many times this rank entered it
   std::atomic<std::uint32_t> shrink_decided;         // shrink: the generation whose members follow
   std::atomic<std::uint64_t> shrink_members;         // shrink: bit r set: old rank r is in the new job
-  std::atomic<std::uint32_t> probe_rate[2];          // start-up: MB/s of process_vm_readv and of memcpy
+  std::atomic<std::uint32_t> probe_rate[2];          // start-up: MB/s of process_vm_readv and of memcpy  // Point-to-point (matching.hpp): what this rank's blocking send or receive waits for, while it
+  // is the only one pending; 0: nothing (publication << 32 | kind << 24 | world peer + 1).
+  alignas(line) std::atomic<std::uint64_t> p2p_wait;
 };
 static_assert(sizeof(std::atomic<std::uint64_t>) * (fp_words + 1) <= line, "a phase's generation and fingerprint share one line");
-static_assert(sizeof(control) == 6 * line);
+static_assert(sizeof(control) == 7 * line);
 inline constexpr std::uint64_t probe_magic = 0x7475747469636d61ull;  // "tutticma"
 /// The bytes the start-up speed vote copies both ways (startup.hpp's probe_single_copy).
 inline constexpr std::size_t probe_bytes = std::size_t{1} << 20;
@@ -94,15 +97,22 @@ struct ring_ends {
   alignas(line) std::atomic<std::uint64_t> tail;  // bytes consumed by the receiver
 };
 
+/// Bytes of each point-to-point ring (matching.hpp), apart from the collectives' rings.
+inline constexpr std::size_t p2p_ring_bytes = std::size_t{128} << 10;
+
 /// Where everything lives in the segment (every rank computes the same).
 struct layout {
-  std::size_t controls, notices_at, rings, ring_stride, windows, arenas, total;
+  std::size_t controls, notices_at, rings, ring_stride, p2p_rings, windows, arenas, total;
   shm_options opt;
   int p;
   layout(int world, shm_options o);
   std::size_t ring(int src, int dst) const {  // ordered pair (src, dst), src != dst
     const int k = src * (p - 1) + (dst < src ? dst : dst - 1);
     return rings + static_cast<std::size_t>(k) * ring_stride;
+  }
+  std::size_t p2p_ring(int src, int dst) const {
+    const int k = src * (p - 1) + (dst < src ? dst : dst - 1);
+    return p2p_rings + static_cast<std::size_t>(k) * (sizeof(ring_ends) + p2p_ring_bytes);
   }
 };
 

@@ -12,7 +12,9 @@ TUTTI_DECL layout::layout(int world, shm_options o) : opt(o), p(world) {
   notices_at = controls + P * sizeof(control);
   rings = notices_at + P * sizeof(notices);
   ring_stride = sizeof(ring_ends) + o.ring_bytes;
-  windows = (rings + P * (P > 1 ? P - 1 : 0) * ring_stride + 4095) & ~std::size_t{4095};
+  const std::size_t pairs = P * (P > 1 ? P - 1 : 0);
+  p2p_rings = rings + pairs * ring_stride;
+  windows = (p2p_rings + pairs * (sizeof(ring_ends) + p2p_ring_bytes) + 4095) & ~std::size_t{4095};
   arenas = windows + P * o.window_bytes;
   total = arenas + P * o.arena_bytes;
 }

@@ -56,6 +56,8 @@ struct segment {
   notices& notes(int world_r) const { return reinterpret_cast<notices*>(base + lay.notices_at)[world_r]; }
   ring_ends& ends(int src, int dst) const { return *reinterpret_cast<ring_ends*>(base + lay.ring(src, dst)); }
   std::byte* ring_data(int src, int dst) const { return base + lay.ring(src, dst) + sizeof(ring_ends); }
+  ring_ends& p2p_ends(int src, int dst) const { return *reinterpret_cast<ring_ends*>(base + lay.p2p_ring(src, dst)); }
+  std::byte* p2p_data(int src, int dst) const { return base + lay.p2p_ring(src, dst) + sizeof(ring_ends); }
   std::byte* window(int world_r) const {
     return base + lay.windows + static_cast<std::size_t>(world_r) * lay.opt.window_bytes;
   }

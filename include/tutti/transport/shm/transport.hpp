@@ -2,7 +2,7 @@
 /// `tutti::shm`: processes of one host, over one shared segment (see tutti/transport/shm.hpp for
 /// the whole picture). This class is the facade: it joins its parts, each in a file of its own:
 /// the segment and its liveness rules (`segment.hpp`), start-up (`startup.hpp`), the byte rings
-/// (`rings.hpp`), the windows (`windows.hpp`), the arena (`arena.hpp`), diagnosis of what the
+/// (`rings.hpp`), point-to-point matched by source and tag (`matching.hpp`), the windows (`windows.hpp`), the arena (`arena.hpp`), diagnosis of what the
 /// peers are blocked in (`diagnosis.hpp`) and shrink (`shrink.hpp`); the wait loop, the header
 /// check, the group map and the error texts come from the transport toolkit.
 #pragma once
@@ -28,6 +28,7 @@
 #include "tutti/transport/capabilities.hpp"
 #include "tutti/transport/shm/arena.hpp"
 #include "tutti/transport/shm/diagnosis.hpp"
+#include "tutti/transport/shm/matching.hpp"
 #include "tutti/transport/shm/options.hpp"
 #include "tutti/transport/shm/rings.hpp"
 #include "tutti/transport/shm/segment.hpp"
@@ -96,6 +97,17 @@ class shm {
   }
   void sendrecv_with(int to, const header& hs, const std::byte* sdata, int from, const header& hr,
                      byte_consumer consume, const wait_context& w);
+
+  /// Point-to-point with matching of its own (`matched_p2p`), over rings apart from the
+  /// collectives' (matching.hpp): eager up to `detail::shm_impl::p2p_eager_bytes`, larger
+  /// messages by rendezvous, written straight into the receive buffer as it is cleared.
+  std::shared_ptr<detail::operation_state> post_send(const p2p_post& p) {
+    return detail::shm_impl::p2p_post_op(seg_, p2p_, p, true);
+  }
+  std::shared_ptr<detail::operation_state> post_recv(const p2p_post& p) {
+    return detail::shm_impl::p2p_post_op(seg_, p2p_, p, false);
+  }
+  std::vector<std::string> pending_p2p() const { return detail::shm_impl::p2p_pending(*p2p_); }
 
   // ---- windows and phases (the shared_window capability) ---------------------------------
 
@@ -296,12 +308,13 @@ class shm {
   void read_remote(int r, std::uint64_t address, std::size_t bytes, std::byte* dst);
 
   std::shared_ptr<detail::shm_impl::segment> seg_;
+  std::shared_ptr<detail::shm_impl::p2p_engine> p2p_;  // the segment's point-to-point state in this process
   toolkit::group_map group_;
 };
 
 static_assert(transport<shm> && zero_copy_recv<shm> && shared_window<shm> && posted_check<shm> &&
               window_sources<shm> && failure_notices<shm> && last_words<shm> && shrinkable<shm> && growable<shm> &&
-              shared_allocation<shm> && from_environment<shm> && one_host_job<shm>);
+              shared_allocation<shm> && from_environment<shm> && one_host_job<shm> && matched_p2p<shm>);
 
 }  // namespace tutti
 

@@ -53,6 +53,7 @@ TUTTI_COLD TUTTI_DECL shm shm::create(int rank, int world_size, const std::strin
   shm t;
   t.seg_ = detail::shm_impl::map_segment(rank, world_size, job_id, opt, timeout);
   t.group_ = toolkit::group_map(world_size, rank);
+  t.p2p_ = std::make_shared<detail::shm_impl::p2p_engine>(t.group_);
   detail::shm_impl::publish_waiting(*t.seg_, t.group_, nullptr);
   return t;
 }
@@ -68,6 +69,7 @@ TUTTI_DECL shm shm::sub(std::span<const int> members, std::uint64_t context) con
   shm t;
   t.seg_ = detail::shm_impl::map_segment(g.rank(), g.size(), seg_->job_id + id, o, seg_->timeout);
   t.group_ = g.own_links();
+  t.p2p_ = std::make_shared<detail::shm_impl::p2p_engine>(t.group_);
   detail::shm_impl::publish_waiting(*t.seg_, t.group_, nullptr);
   return t;
 }

@@ -1,0 +1,506 @@
+/// \file
+/// Definitions for tutti/transport/shm/matching.hpp (see `TUTTI_DECL` in tutti/detail/attributes.hpp).
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+
+#include "tutti/core/error.hpp"
+#include "tutti/transport/shm/matching.hpp"
+#include "tutti/transport/toolkit/errors.hpp"
+#include "tutti/transport/toolkit/p2p.hpp"
+
+namespace tutti::detail::shm_impl {
+
+namespace p2p_wire {
+
+enum kind : std::uint32_t { eager = 1, rts = 2, cts = 3, data = 4, refuse = 5 };
+inline constexpr std::uint32_t magic = 0x32703270;  // "p2p2"
+
+/// A frame of a point-to-point ring, followed by `bytes` of payload (eager, data) padded to 64.
+struct frame {
+  std::uint32_t magic = p2p_wire::magic, kind = 0;
+  std::int32_t tag = 0;
+  std::uint32_t type_id = 0, type_size = 0, unused = 0;
+  std::uint64_t count = 0;   // eager, rts: elements; refuse: the receive's room
+  std::uint64_t bytes = 0;   // eager, data: the payload after the frame; rts: the message's
+  std::uint64_t seq = 0;     // rts, cts, data, refuse: the sender's number of the message
+  std::uint64_t offset = 0;  // data: where the piece goes in the message
+  std::uint64_t reserved = 0;
+  std::size_t payload() const { return kind == eager || kind == data ? static_cast<std::size_t>(bytes) : 0; }
+};
+static_assert(sizeof(frame) == 64);
+
+}  // namespace p2p_wire
+
+/// The steps `p2p_post_op` and the polls take.
+namespace p2p_steps {
+
+/// What the functions below work on: one process's engine, its segment, its group.
+struct p2p_ctx {
+  segment& seg;
+  p2p_engine& eng;
+  const toolkit::group_map& g;
+  std::size_t at(int peer) const { return static_cast<std::size_t>(g.world(peer)); }
+};
+
+/// The bytes of a message where they lie: in a ring (wrapping at its end) or in one piece.
+struct p2p_bytes {
+  const std::byte* ring = nullptr;
+  std::uint64_t at = 0;
+  const std::byte* flat = nullptr;
+  void copy_to(std::byte* dst, std::size_t n) const {
+    if (!n) return;
+    if (flat) {
+      std::memcpy(dst, flat, n);
+      return;
+    }
+    const std::size_t pos = static_cast<std::size_t>(at % p2p_ring_bytes), first = std::min(n, p2p_ring_bytes - pos);
+    std::memcpy(dst, ring + pos, first);
+    if (n > first) std::memcpy(dst + first, ring, n - first);
+  }
+};
+
+inline header p2p_op_header(const p2p_op& e) { return toolkit::p2p_header(e.type, e.count, e.tag, e.bytes); }
+
+/// "send/recv(p2p) tag=5 count=... on rank 1", for errors.
+inline std::string p2p_here(const toolkit::group_map& g, const p2p_op& e) {
+  return toolkit::where(p2p_op_header(e), "p2p") + " on " + g.name(g.rank());
+}
+
+inline bool takes(const p2p_op& r, const p2p_arrived& m) {
+  return (r.peer == any_source || r.peer == m.src) && (r.tag == any_tag || r.tag == m.tag);
+}
+
+/// Writes frame `f` and `n` bytes of payload into the ring to `peer` if both fit.
+inline bool put(p2p_ctx& c, int peer, const p2p_wire::frame& f, const std::byte* payload, std::size_t n) {
+  const int me = c.seg.world_rank, to = c.g.world(peer);
+  auto& ends = c.seg.p2p_ends(me, to);
+  std::uint64_t& head = c.eng.head[c.at(peer)];
+  const std::size_t need = sizeof f + pad(n);
+  if (p2p_ring_bytes - static_cast<std::size_t>(head - ends.tail.load(std::memory_order_acquire)) < need) return false;
+  std::byte* ring = c.seg.p2p_data(me, to);
+  std::memcpy(ring + head % p2p_ring_bytes, &f, sizeof f);  // frames never wrap: 64 divides the ring
+  if (n && payload) {
+    const std::size_t pos = static_cast<std::size_t>((head + sizeof f) % p2p_ring_bytes);
+    const std::size_t first = std::min(n, p2p_ring_bytes - pos);
+    std::memcpy(ring + pos, payload, first);
+    if (n > first) std::memcpy(ring, payload + first, n - first);
+  }
+  head += need;
+  ends.head.store(head, std::memory_order_release);
+  return true;
+}
+
+/// Receive `r` takes message `m`: a mismatch fails it (and, for a rendezvous, its send);
+/// otherwise an eager message is copied into its buffer, a rendezvous one cleared to come.
+inline void take(p2p_ctx& c, p2p_op& r, const p2p_arrived& m, const p2p_bytes& payload) {
+  const std::string wrong = toolkit::p2p_mismatch(m.src, c.g.rank(), m.tag, m.type, m.count, r.type, r.count);
+  if (!wrong.empty()) {
+    if (m.rendezvous) c.eng.controls[c.at(m.src)].push_back({p2p_wire::refuse, m.seq, r.type, r.count});
+    complete(*r.state, std::make_exception_ptr(mismatch_error(wrong)));
+    return;
+  }
+  r.state->status = recv_status{m.src, m.tag, static_cast<std::size_t>(m.count)};
+  if (!m.rendezvous) {
+    payload.copy_to(r.data, static_cast<std::size_t>(m.bytes));
+    complete(*r.state, nullptr);
+    return;
+  }
+  r.from = m.src;
+  r.seq = m.seq;
+  r.expect = static_cast<std::size_t>(m.bytes);
+  c.eng.controls[c.at(m.src)].push_back({p2p_wire::cts, m.seq, r.type, r.count});
+}
+
+/// An eager message or a rendezvous envelope from `peer`: to the earliest posted receive that
+/// takes it, or among the arrived.
+inline void arrive(p2p_ctx& c, int peer, const p2p_wire::frame& f, const p2p_bytes& payload) {
+  p2p_arrived m;
+  m.src = peer;
+  m.tag = f.tag;
+  m.type = dtype{f.type_id, f.type_size};
+  m.count = f.count;
+  m.bytes = f.bytes;
+  m.rendezvous = f.kind == p2p_wire::rts;
+  m.seq = f.seq;
+  auto& q = c.eng.receives;
+  const auto it = std::find_if(q.begin(), q.end(), [&](const auto& r) { return takes(*r, m); });
+  if (it != q.end()) {
+    const std::shared_ptr<p2p_op> r = *it;
+    q.erase(it);
+    take(c, *r, m, payload);
+    if (m.rendezvous && !r->state->done.load(std::memory_order_acquire)) c.eng.filling[{peer, m.seq}] = r;
+    return;
+  }
+  if (!m.rendezvous) {
+    m.payload.resize(static_cast<std::size_t>(m.bytes));
+    payload.copy_to(m.payload.data(), m.payload.size());
+  }
+  c.eng.arrived.push_back(std::move(m));
+}
+
+/// Reads every frame `peer` has written to this rank.
+inline void read_from(p2p_ctx& c, int peer) {
+  const int from = c.g.world(peer), me = c.seg.world_rank;
+  auto& ends = c.seg.p2p_ends(from, me);
+  std::uint64_t& tail = c.eng.tail[c.at(peer)];
+  const std::uint64_t head = ends.head.load(std::memory_order_acquire);
+  if (head == tail) return;
+  const std::byte* ring = c.seg.p2p_data(from, me);
+  while (tail < head) {
+    p2p_wire::frame f;
+    std::memcpy(&f, ring + tail % p2p_ring_bytes, sizeof f);
+    if (f.magic != p2p_wire::magic)
+      throw error(errc::aborted, "shm: corrupt point-to-point stream from " + c.g.name(peer));
+    const p2p_bytes payload{ring, tail + sizeof f, nullptr};
+    switch (f.kind) {
+      case p2p_wire::eager:
+      case p2p_wire::rts: arrive(c, peer, f, payload); break;
+      case p2p_wire::cts:
+      case p2p_wire::refuse: {
+        const auto it = c.eng.announced.find({peer, f.seq});
+        if (it == c.eng.announced.end()) break;  // a send given up meanwhile
+        const std::shared_ptr<p2p_op> s = it->second;
+        c.eng.announced.erase(it);
+        if (f.kind == p2p_wire::cts) {
+          c.eng.streaming[c.at(peer)].push_back(s);
+        } else {
+          const std::string wrong = toolkit::p2p_mismatch(c.g.rank(), peer, s->tag, s->type, s->count,
+                                                          dtype{f.type_id, f.type_size}, static_cast<std::size_t>(f.count));
+          complete(*s->state, std::make_exception_ptr(mismatch_error(wrong)));
+        }
+        break;
+      }
+      case p2p_wire::data: {
+        const auto it = c.eng.filling.find({peer, f.seq});
+        if (it == c.eng.filling.end()) break;  // a receive given up meanwhile
+        p2p_op& r = *it->second;
+        payload.copy_to(r.data + f.offset, static_cast<std::size_t>(f.bytes));
+        r.moved += static_cast<std::size_t>(f.bytes);
+        if (r.moved >= r.expect) {
+          complete(*r.state, nullptr);
+          c.eng.filling.erase(it);
+        }
+        break;
+      }
+      default: throw error(errc::aborted, "shm: corrupt point-to-point stream from " + c.g.name(peer));
+    }
+    tail += sizeof f + pad(f.payload());
+  }
+  ends.tail.store(tail, std::memory_order_release);
+}
+
+inline p2p_wire::frame message_frame(const p2p_op& s, std::uint32_t kind) {
+  p2p_wire::frame f;
+  f.kind = kind;
+  f.tag = s.tag;
+  f.type_id = s.type.id;
+  f.type_size = s.type.size;
+  f.count = s.count;
+  f.bytes = s.bytes;
+  f.seq = s.seq;
+  return f;
+}
+
+/// Writes what this rank owes `peer`, as far as the ring has room: answers to its rendezvous
+/// envelopes, pieces of cleared messages, then the sends in posting order.
+inline void write_to(p2p_ctx& c, int peer) {
+  auto& controls = c.eng.controls[c.at(peer)];
+  while (!controls.empty()) {
+    const p2p_control& k = controls.front();
+    p2p_wire::frame f;
+    f.kind = k.kind;
+    f.seq = k.seq;
+    f.type_id = k.type.id;
+    f.type_size = k.type.size;
+    f.count = k.room;
+    if (!put(c, peer, f, nullptr, 0)) return;
+    controls.pop_front();
+  }
+  auto& streaming = c.eng.streaming[c.at(peer)];
+  while (!streaming.empty()) {
+    p2p_op& s = *streaming.front();
+    if (!s.state->done.load(std::memory_order_acquire)) {
+      const std::size_t n = std::min(p2p_piece_bytes, s.bytes - s.moved);
+      p2p_wire::frame f;
+      f.kind = p2p_wire::data;
+      f.seq = s.seq;
+      f.bytes = n;
+      f.offset = s.moved;
+      if (!put(c, peer, f, s.data + s.moved, n)) return;
+      s.moved += n;
+      if (s.moved < s.bytes) continue;
+      complete(*s.state, nullptr);
+    }
+    streaming.pop_front();
+  }
+  auto& sends = c.eng.sends[c.at(peer)];
+  while (!sends.empty()) {
+    const std::shared_ptr<p2p_op> s = sends.front();
+    if (!s->state->done.load(std::memory_order_acquire)) {  // (done: given up)
+      if (s->bytes <= p2p_eager_bytes) {
+        if (!put(c, peer, message_frame(*s, p2p_wire::eager), s->data, s->bytes)) return;
+        complete(*s->state, nullptr);
+      } else {
+        s->seq = c.eng.next_seq[c.at(peer)];
+        if (!put(c, peer, message_frame(*s, p2p_wire::rts), nullptr, 0)) return;
+        ++c.eng.next_seq[c.at(peer)];
+        c.eng.announced[{peer, s->seq}] = s;
+      }
+    }
+    sends.pop_front();
+  }
+}
+
+inline std::size_t pending_count(const p2p_engine& eng) {
+  std::size_t n = eng.receives.size() + eng.announced.size() + eng.filling.size();
+  for (const auto& q : eng.sends) n += q.size();
+  for (const auto& q : eng.streaming) n += q.size();
+  return n;
+}
+
+/// Publishes that this rank waits for `e`, its only pending operation (see the file comment).
+inline void publish(p2p_ctx& c, const std::shared_ptr<p2p_op>& e) {
+  if (c.eng.is_published && c.eng.published.lock() == e) return;
+  const std::uint64_t word = (std::uint64_t{++c.eng.publications} << 32) | (std::uint64_t{e->send ? 1u : 2u} << 24) |
+                             static_cast<std::uint64_t>(c.g.world(e->peer) + 1);
+  c.seg.ctl(c.seg.world_rank).p2p_wait.store(word, std::memory_order_release);
+  c.eng.published = e;
+  c.eng.is_published = true;
+}
+
+/// Withdraws the publication once its operation is done or no longer the only one pending.
+inline void refresh_published(p2p_ctx& c) {
+  if (!c.eng.is_published) return;
+  const auto e = c.eng.published.lock();
+  if (e && !e->state->done.load(std::memory_order_acquire) && pending_count(c.eng) == 1) return;
+  c.seg.ctl(c.seg.world_rank).p2p_wait.store(0, std::memory_order_release);
+  c.eng.published.reset();
+  c.eng.is_published = false;
+}
+
+/// Moves every pending operation as far as it goes now: reads what the peers wrote, then
+/// writes what this rank owes them.
+inline void progress(p2p_ctx& c) {
+  for (int r = 0; r < c.g.size(); ++r)
+    if (r != c.g.rank()) read_from(c, r);
+  for (int r = 0; r < c.g.size(); ++r)
+    if (r != c.g.rank()) write_to(c, r);
+  refresh_published(c);
+}
+
+/// Raises `mismatch_error` when this rank, waiting for `e`, is part of a cycle of published
+/// waits none of which the next rank's can complete, with nothing in flight between any two of
+/// them, that `last` already held at the previous look (each rank published the same wait both
+/// times). A wait is completed by its peer's when they are a send and a receive of each other.
+inline void check_cycle(p2p_ctx& c, const p2p_op& e, std::vector<std::uint64_t>& last) {
+  const segment& seg = c.seg;
+  const auto quiet = [&](int a, int b) {  // nothing written from a to b that b has not read
+    const auto& x = seg.p2p_ends(a, b);
+    return x.head.load(std::memory_order_acquire) == x.tail.load(std::memory_order_acquire);
+  };
+  std::vector<std::uint64_t> seen;
+  std::vector<bool> visited(static_cast<std::size_t>(seg.lay.p));
+  std::string chain;
+  int r = seg.world_rank, prev = -1, first_peer = -1;
+  std::uint32_t prev_kind = 0, first_kind = 0;
+  for (;;) {
+    const std::uint64_t word = seg.ctl(r).p2p_wait.load(std::memory_order_acquire);
+    const int peer = static_cast<int>(word & 0xffffff) - 1;
+    const auto kind = static_cast<std::uint32_t>((word >> 24) & 0xff);
+    if (!word || peer < 0 || peer >= seg.lay.p || peer == r || !quiet(r, peer) || !quiet(peer, r)) return last.clear();
+    if (prev >= 0 && peer == prev && kind != prev_kind) return last.clear();  // r's wait completes prev's
+    if (visited[static_cast<std::size_t>(r)]) return last.clear();           // a cycle, but not through this rank
+    visited[static_cast<std::size_t>(r)] = true;
+    if (prev < 0) {
+      first_peer = peer;
+      first_kind = kind;
+    }
+    seen.push_back(word);
+    chain += (chain.empty() ? c.g.world_name(r) : ", which") + (kind == 1 ? " sends to " : " receives from ") +
+             c.g.world_name(peer);
+    if (peer == seg.world_rank) {
+      if (first_peer == r && first_kind != kind) return last.clear();  // this rank's wait completes r's
+      break;
+    }
+    prev = r;
+    prev_kind = kind;
+    r = peer;
+  }
+  if (seen != last) {
+    last = std::move(seen);
+    return;
+  }
+  throw mismatch_error(p2p_here(c.g, e) + ": the ranks wait for each other in a cycle that nothing can break: " + chain +
+                       " (a send of more than " + std::to_string(p2p_eager_bytes) +
+                       " bytes waits until its receive is posted: post the receive first, with irecv, or send with "
+                       "isend)");
+}
+
+/// The failure of `e`'s peer (for an any-source receive: of every other rank) as this rank
+/// raises it, or null while it may still come.
+inline std::exception_ptr p2p_lost(const segment& seg, const toolkit::group_map& g, const p2p_op& e) {
+  try {
+    const auto check = [&](int peer) {
+      const int wr = g.world(peer);
+      const std::string why = seg.gone(wr);
+      if (why.empty()) return;
+      if (auto notice = seg.failure_notice(wr)) toolkit::raise_notice(*notice, g, peer, p2p_here(g, e));
+      toolkit::throw_lost(p2p_here(g, e) + ": " + g.name(peer) + " " + why + " without " +
+                              (e.send ? "receiving it" : "sending it"),
+                          g.job_rank(peer));
+    };
+    if (e.send || e.peer != any_source) {
+      check(e.peer);
+      return nullptr;
+    }
+    for (int r = 0; r < g.size(); ++r)
+      if (r != g.rank() && seg.gone(g.world(r)).empty()) return nullptr;
+    throw peer_lost(p2p_here(g, e) + " from any rank: every other rank has exited or failed, so no message can come");
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+/// Takes a given-up operation off every list of the engine.
+inline void withdraw(p2p_engine& eng, const std::shared_ptr<p2p_op>& e) {
+  const auto drop = [&](auto& list) { list.erase(std::remove(list.begin(), list.end(), e), list.end()); };
+  const auto drop_mapped = [&](auto& map) { std::erase_if(map, [&](const auto& kv) { return kv.second == e; }); };
+  drop(eng.receives);
+  for (auto& q : eng.sends) drop(q);
+  for (auto& q : eng.streaming) drop(q);
+  drop_mapped(eng.announced);
+  drop_mapped(eng.filling);
+}
+
+}  // namespace p2p_steps
+
+TUTTI_DECL std::shared_ptr<operation_state> p2p_post_op(const std::shared_ptr<segment>& seg,
+                                                        const std::shared_ptr<p2p_engine>& eng, const p2p_post& p,
+                                                        bool send) {
+  using namespace p2p_steps;
+  using clock = std::chrono::steady_clock;
+  const toolkit::group_map& g = eng->g;
+  auto op = std::make_shared<p2p_op>();
+  op->send = send;
+  op->peer = p.peer;
+  op->tag = p.tag;
+  op->type = p.type;
+  op->count = p.count;
+  op->bytes = p.bytes;
+  op->data = p.data;
+  // The queues hold the operation, its state holds this poll: the poll holds the operation
+  // weakly. An operation off every queue has completed its state.
+  op->state->poll = [seg, eng, weak = std::weak_ptr(op), timeout = p.timeout, aborted = p.aborted,
+                     deadline = clock::time_point{}, look = clock::time_point{}, polls = 0u,
+                     cycle = std::vector<std::uint64_t>{}](operation_state& st) mutable {
+    const auto e = weak.lock();
+    if (!e || st.done.load(std::memory_order_acquire)) return;
+    const toolkit::group_map& g = eng->g;
+    std::lock_guard lk(eng->mu);
+    p2p_ctx c{*seg, *eng, g};
+    std::exception_ptr why;
+    try {
+      progress(c);
+    } catch (...) {
+      why = std::current_exception();
+    }
+    if (st.done.load(std::memory_order_acquire)) return;
+    // The clock every 16th poll (a wait polls about every 0.1 us at first), the abort at each.
+    if (!why && deadline != clock::time_point{} && ++polls % 16 != 0 &&
+        !(aborted && aborted->load(std::memory_order_relaxed)))
+      return;
+    const auto now = clock::now();
+    if (deadline == clock::time_point{}) {  // the first look at the peers a millisecond in: a
+      deadline = now + timeout;              // process's liveness costs a system call
+      look = now + std::chrono::milliseconds(1);
+    }
+    if (!why && aborted && aborted->load(std::memory_order_acquire)) {
+      why = std::make_exception_ptr(
+          error(errc::aborted, p2p_here(g, *e) + ": the communicator was aborted (communicator::abort)"));
+    } else if (!why && now >= look) {  // the peers' processes and the wait cycles, every millisecond
+      look = now + std::chrono::milliseconds(1);
+      why = p2p_lost(*seg, g, *e);
+      if (!why && st.awaited && e->peer != any_source && pending_count(*eng) == 1) {
+        publish(c, e);
+        try {
+          check_cycle(c, *e, cycle);
+        } catch (...) {
+          why = std::current_exception();
+        }
+      }
+      if (why) {  // what a peer wrote before it went is still to be read
+        try {
+          progress(c);
+        } catch (...) {
+        }
+        if (st.done.load(std::memory_order_acquire)) return;
+      }
+    }
+    if (!why && now >= deadline) {
+      const std::string peer = e->peer == any_source ? "any rank" : g.name(e->peer);
+      why = std::make_exception_ptr(timeout_error(toolkit::timeout_text(
+          p2p_op_header(*e), "p2p", g.name(g.rank()), timeout, e->send ? "to take delivery from" : "to receive from",
+          peer)));
+    }
+    if (!why) return;
+    withdraw(*eng, e);
+    complete(st, why);
+    refresh_published(c);
+  };
+  std::lock_guard lk(eng->mu);
+  p2p_ctx c{*seg, *eng, g};
+  if (send) {
+    // To a rank that failed: its failure now (a rank that exited is found by the wait of a
+    // rendezvous send; an eager message to it is written and lost, as MPI's would be).
+    const auto& dst = seg->ctl(g.world(p.peer));
+    if (dst.state.load(std::memory_order_acquire) == static_cast<std::uint32_t>(rank_state::failed))
+      if (std::exception_ptr gone = p2p_lost(*seg, g, *op)) {
+        complete(*op->state, std::move(gone));
+        return op->state;
+      }
+    eng->sends[c.at(p.peer)].push_back(op);
+  } else {
+    for (int r = 0; r < g.size(); ++r)  // what has arrived is matched first
+      if (r != g.rank()) read_from(c, r);
+    auto& q = eng->arrived;
+    const auto it = std::find_if(q.begin(), q.end(), [&](const p2p_arrived& m) { return takes(*op, m); });
+    if (it != q.end()) {
+      const p2p_arrived m = std::move(*it);
+      q.erase(it);
+      take(c, *op, m, p2p_bytes{nullptr, 0, m.payload.data()});
+      if (m.rendezvous && !op->state->done.load(std::memory_order_acquire)) eng->filling[{m.src, m.seq}] = op;
+    } else {
+      eng->receives.push_back(op);
+    }
+  }
+  for (int r = 0; r < g.size(); ++r)
+    if (r != g.rank()) write_to(c, r);
+  refresh_published(c);
+  return op->state;
+}
+
+TUTTI_DECL std::vector<std::string> p2p_pending(p2p_engine& eng) {
+  using namespace p2p_steps;
+  const toolkit::group_map& g = eng.g;
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<std::string> out;
+  const auto line = [&](const p2p_op& e) {
+    if (e.state->done.load(std::memory_order_acquire)) return;
+    out.push_back(toolkit::p2p_pending_line(e.send, e.peer == any_source ? "any rank" : g.name(e.peer), e.tag, e.bytes,
+                                            now - e.posted));
+  };
+  std::lock_guard lk(eng.mu);
+  for (const auto& q : eng.sends)
+    for (const auto& e : q) line(*e);
+  for (const auto& [key, e] : eng.announced) line(*e);
+  for (const auto& q : eng.streaming)
+    for (const auto& e : q) line(*e);
+  for (const auto& e : eng.receives) line(*e);
+  for (const auto& [key, e] : eng.filling) line(*e);
+  return out;
+}
+
+}  // namespace tutti::detail::shm_impl
