@@ -50,8 +50,11 @@ inline constexpr std::size_t p2p_eager_bytes = std::size_t{16} << 10;
 /// A rendezvous message is written in pieces of at most this many bytes.
 inline constexpr std::size_t p2p_piece_bytes = std::size_t{32} << 10;
 
-/// A posted send or receive.
-struct p2p_op {
+struct p2p_engine;
+
+/// A posted send or receive. Its request's state is a member (one allocation per operation):
+/// the request holds the operation, and so does the engine while it is pending.
+struct p2p_op : std::enable_shared_from_this<p2p_op> {
   bool send = false;
   int peer = 0;  // group rank; a receive's may be any_source
   int tag = 0;   // a receive's may be any_tag
@@ -63,7 +66,15 @@ struct p2p_op {
   std::size_t moved = 0;   // rendezvous bytes written (send) or arrived (receive)
   std::size_t expect = 0;  // a receive that took a rendezvous message: the message's bytes
   std::chrono::steady_clock::time_point posted = std::chrono::steady_clock::now();
-  std::shared_ptr<operation_state> state = std::make_shared<operation_state>();
+  operation_state state;
+  // What its poll needs: where it lives, how long it may wait, and what the wait has seen.
+  std::shared_ptr<segment> seg;
+  std::shared_ptr<p2p_engine> eng;
+  std::chrono::milliseconds timeout{0};
+  std::shared_ptr<const std::atomic<bool>> aborted;
+  std::chrono::steady_clock::time_point deadline{}, look{};
+  unsigned polls = 0;
+  std::vector<std::uint64_t> cycle;  // the wait cycle seen at the previous look
 };
 
 /// A message that arrived before a receive took it.

@@ -99,13 +99,13 @@ inline void take(p2p_ctx& c, p2p_op& r, const p2p_arrived& m, const p2p_bytes& p
   const std::string wrong = toolkit::p2p_mismatch(m.src, c.g.rank(), m.tag, m.type, m.count, r.type, r.count);
   if (!wrong.empty()) {
     if (m.rendezvous) c.eng.controls[c.at(m.src)].push_back({p2p_wire::refuse, m.seq, r.type, r.count});
-    complete(*r.state, std::make_exception_ptr(mismatch_error(wrong)));
+    complete(r.state, std::make_exception_ptr(mismatch_error(wrong)));
     return;
   }
-  r.state->status = recv_status{m.src, m.tag, static_cast<std::size_t>(m.count)};
+  r.state.status = recv_status{m.src, m.tag, static_cast<std::size_t>(m.count)};
   if (!m.rendezvous) {
     payload.copy_to(r.data, static_cast<std::size_t>(m.bytes));
-    complete(*r.state, nullptr);
+    complete(r.state, nullptr);
     return;
   }
   r.from = m.src;
@@ -131,7 +131,7 @@ inline void arrive(p2p_ctx& c, int peer, const p2p_wire::frame& f, const p2p_byt
     const std::shared_ptr<p2p_op> r = *it;
     q.erase(it);
     take(c, *r, m, payload);
-    if (m.rendezvous && !r->state->done.load(std::memory_order_acquire)) c.eng.filling[{peer, m.seq}] = r;
+    if (m.rendezvous && !r->state.done.load(std::memory_order_acquire)) c.eng.filling[{peer, m.seq}] = r;
     return;
   }
   if (!m.rendezvous) {
@@ -169,7 +169,7 @@ inline void read_from(p2p_ctx& c, int peer) {
         } else {
           const std::string wrong = toolkit::p2p_mismatch(c.g.rank(), peer, s->tag, s->type, s->count,
                                                           dtype{f.type_id, f.type_size}, static_cast<std::size_t>(f.count));
-          complete(*s->state, std::make_exception_ptr(mismatch_error(wrong)));
+          complete(s->state, std::make_exception_ptr(mismatch_error(wrong)));
         }
         break;
       }
@@ -180,7 +180,7 @@ inline void read_from(p2p_ctx& c, int peer) {
         payload.copy_to(r.data + f.offset, static_cast<std::size_t>(f.bytes));
         r.moved += static_cast<std::size_t>(f.bytes);
         if (r.moved >= r.expect) {
-          complete(*r.state, nullptr);
+          complete(r.state, nullptr);
           c.eng.filling.erase(it);
         }
         break;
@@ -222,7 +222,7 @@ inline void write_to(p2p_ctx& c, int peer) {
   auto& streaming = c.eng.streaming[c.at(peer)];
   while (!streaming.empty()) {
     p2p_op& s = *streaming.front();
-    if (!s.state->done.load(std::memory_order_acquire)) {
+    if (!s.state.done.load(std::memory_order_acquire)) {
       const std::size_t n = std::min(p2p_piece_bytes, s.bytes - s.moved);
       p2p_wire::frame f;
       f.kind = p2p_wire::data;
@@ -232,17 +232,17 @@ inline void write_to(p2p_ctx& c, int peer) {
       if (!put(c, peer, f, s.data + s.moved, n)) return;
       s.moved += n;
       if (s.moved < s.bytes) continue;
-      complete(*s.state, nullptr);
+      complete(s.state, nullptr);
     }
     streaming.pop_front();
   }
   auto& sends = c.eng.sends[c.at(peer)];
   while (!sends.empty()) {
     const std::shared_ptr<p2p_op> s = sends.front();
-    if (!s->state->done.load(std::memory_order_acquire)) {  // (done: given up)
+    if (!s->state.done.load(std::memory_order_acquire)) {  // (done: given up)
       if (s->bytes <= p2p_eager_bytes) {
         if (!put(c, peer, message_frame(*s, p2p_wire::eager), s->data, s->bytes)) return;
-        complete(*s->state, nullptr);
+        complete(s->state, nullptr);
       } else {
         s->seq = c.eng.next_seq[c.at(peer)];
         if (!put(c, peer, message_frame(*s, p2p_wire::rts), nullptr, 0)) return;
@@ -262,12 +262,12 @@ inline std::size_t pending_count(const p2p_engine& eng) {
 }
 
 /// Publishes that this rank waits for `e`, its only pending operation (see the file comment).
-inline void publish(p2p_ctx& c, const std::shared_ptr<p2p_op>& e) {
-  if (c.eng.is_published && c.eng.published.lock() == e) return;
-  const std::uint64_t word = (std::uint64_t{++c.eng.publications} << 32) | (std::uint64_t{e->send ? 1u : 2u} << 24) |
-                             static_cast<std::uint64_t>(c.g.world(e->peer) + 1);
+inline void publish(p2p_ctx& c, p2p_op& e) {
+  if (c.eng.is_published && c.eng.published.lock().get() == &e) return;
+  const std::uint64_t word = (std::uint64_t{++c.eng.publications} << 32) | (std::uint64_t{e.send ? 1u : 2u} << 24) |
+                             static_cast<std::uint64_t>(c.g.world(e.peer) + 1);
   c.seg.ctl(c.seg.world_rank).p2p_wait.store(word, std::memory_order_release);
-  c.eng.published = e;
+  c.eng.published = e.weak_from_this();
   c.eng.is_published = true;
 }
 
@@ -275,7 +275,7 @@ inline void publish(p2p_ctx& c, const std::shared_ptr<p2p_op>& e) {
 inline void refresh_published(p2p_ctx& c) {
   if (!c.eng.is_published) return;
   const auto e = c.eng.published.lock();
-  if (e && !e->state->done.load(std::memory_order_acquire) && pending_count(c.eng) == 1) return;
+  if (e && !e->state.done.load(std::memory_order_acquire) && pending_count(c.eng) == 1) return;
   c.seg.ctl(c.seg.world_rank).p2p_wait.store(0, std::memory_order_release);
   c.eng.published.reset();
   c.eng.is_published = false;
@@ -365,9 +365,9 @@ inline std::exception_ptr p2p_lost(const segment& seg, const toolkit::group_map&
 }
 
 /// Takes a given-up operation off every list of the engine.
-inline void withdraw(p2p_engine& eng, const std::shared_ptr<p2p_op>& e) {
-  const auto drop = [&](auto& list) { list.erase(std::remove(list.begin(), list.end(), e), list.end()); };
-  const auto drop_mapped = [&](auto& map) { std::erase_if(map, [&](const auto& kv) { return kv.second == e; }); };
+inline void withdraw(p2p_engine& eng, const p2p_op* e) {
+  const auto drop = [&](auto& list) { std::erase_if(list, [&](const auto& x) { return x.get() == e; }); };
+  const auto drop_mapped = [&](auto& map) { std::erase_if(map, [&](const auto& kv) { return kv.second.get() == e; }); };
   drop(eng.receives);
   for (auto& q : eng.sends) drop(q);
   for (auto& q : eng.streaming) drop(q);
@@ -391,16 +391,18 @@ TUTTI_DECL std::shared_ptr<operation_state> p2p_post_op(const std::shared_ptr<se
   op->count = p.count;
   op->bytes = p.bytes;
   op->data = p.data;
-  // The queues hold the operation, its state holds this poll: the poll holds the operation
-  // weakly. An operation off every queue has completed its state.
-  op->state->poll = [seg, eng, weak = std::weak_ptr(op), timeout = p.timeout, aborted = p.aborted,
-                     deadline = clock::time_point{}, look = clock::time_point{}, polls = 0u,
-                     cycle = std::vector<std::uint64_t>{}](operation_state& st) mutable {
-    const auto e = weak.lock();
-    if (!e || st.done.load(std::memory_order_acquire)) return;
-    const toolkit::group_map& g = eng->g;
-    std::lock_guard lk(eng->mu);
-    p2p_ctx c{*seg, *eng, g};
+  op->seg = seg;
+  op->eng = eng;
+  op->timeout = p.timeout;
+  op->aborted = p.aborted;
+  // The poll runs only while the request holds the state, and so the operation: a plain
+  // pointer (which std::function keeps without allocating).
+  op->state.poll = [e = op.get()](operation_state& st) {
+    if (st.done.load(std::memory_order_acquire)) return;
+    p2p_engine& eng = *e->eng;
+    const toolkit::group_map& g = eng.g;
+    std::lock_guard lk(eng.mu);
+    p2p_ctx c{*e->seg, eng, g};
     std::exception_ptr why;
     try {
       progress(c);
@@ -409,24 +411,24 @@ TUTTI_DECL std::shared_ptr<operation_state> p2p_post_op(const std::shared_ptr<se
     }
     if (st.done.load(std::memory_order_acquire)) return;
     // The clock every 16th poll (a wait polls about every 0.1 us at first), the abort at each.
-    if (!why && deadline != clock::time_point{} && ++polls % 16 != 0 &&
-        !(aborted && aborted->load(std::memory_order_relaxed)))
+    if (!why && e->deadline != clock::time_point{} && ++e->polls % 16 != 0 &&
+        !(e->aborted && e->aborted->load(std::memory_order_relaxed)))
       return;
     const auto now = clock::now();
-    if (deadline == clock::time_point{}) {  // the first look at the peers a millisecond in: a
-      deadline = now + timeout;              // process's liveness costs a system call
-      look = now + std::chrono::milliseconds(1);
+    if (e->deadline == clock::time_point{}) {  // the first look at the peers a millisecond in: a
+      e->deadline = now + e->timeout;          // process's liveness costs a system call
+      e->look = now + std::chrono::milliseconds(1);
     }
-    if (!why && aborted && aborted->load(std::memory_order_acquire)) {
+    if (!why && e->aborted && e->aborted->load(std::memory_order_acquire)) {
       why = std::make_exception_ptr(
           error(errc::aborted, p2p_here(g, *e) + ": the communicator was aborted (communicator::abort)"));
-    } else if (!why && now >= look) {  // the peers' processes and the wait cycles, every millisecond
-      look = now + std::chrono::milliseconds(1);
-      why = p2p_lost(*seg, g, *e);
-      if (!why && st.awaited && e->peer != any_source && pending_count(*eng) == 1) {
-        publish(c, e);
+    } else if (!why && now >= e->look) {  // the peers' processes and the wait cycles, every millisecond
+      e->look = now + std::chrono::milliseconds(1);
+      why = p2p_lost(c.seg, g, *e);
+      if (!why && st.awaited && e->peer != any_source && pending_count(eng) == 1) {
+        publish(c, *e);
         try {
-          check_cycle(c, *e, cycle);
+          check_cycle(c, *e, e->cycle);
         } catch (...) {
           why = std::current_exception();
         }
@@ -439,14 +441,14 @@ TUTTI_DECL std::shared_ptr<operation_state> p2p_post_op(const std::shared_ptr<se
         if (st.done.load(std::memory_order_acquire)) return;
       }
     }
-    if (!why && now >= deadline) {
+    if (!why && now >= e->deadline) {
       const std::string peer = e->peer == any_source ? "any rank" : g.name(e->peer);
       why = std::make_exception_ptr(timeout_error(toolkit::timeout_text(
-          p2p_op_header(*e), "p2p", g.name(g.rank()), timeout, e->send ? "to take delivery from" : "to receive from",
+          p2p_op_header(*e), "p2p", g.name(g.rank()), e->timeout, e->send ? "to take delivery from" : "to receive from",
           peer)));
     }
     if (!why) return;
-    withdraw(*eng, e);
+    withdraw(eng, e);
     complete(st, why);
     refresh_published(c);
   };
@@ -458,8 +460,8 @@ TUTTI_DECL std::shared_ptr<operation_state> p2p_post_op(const std::shared_ptr<se
     const auto& dst = seg->ctl(g.world(p.peer));
     if (dst.state.load(std::memory_order_acquire) == static_cast<std::uint32_t>(rank_state::failed))
       if (std::exception_ptr gone = p2p_lost(*seg, g, *op)) {
-        complete(*op->state, std::move(gone));
-        return op->state;
+        complete(op->state, std::move(gone));
+        return std::shared_ptr<operation_state>(op, &op->state);
       }
     eng->sends[c.at(p.peer)].push_back(op);
   } else {
@@ -471,7 +473,7 @@ TUTTI_DECL std::shared_ptr<operation_state> p2p_post_op(const std::shared_ptr<se
       const p2p_arrived m = std::move(*it);
       q.erase(it);
       take(c, *op, m, p2p_bytes{nullptr, 0, m.payload.data()});
-      if (m.rendezvous && !op->state->done.load(std::memory_order_acquire)) eng->filling[{m.src, m.seq}] = op;
+      if (m.rendezvous && !op->state.done.load(std::memory_order_acquire)) eng->filling[{m.src, m.seq}] = op;
     } else {
       eng->receives.push_back(op);
     }
@@ -479,7 +481,7 @@ TUTTI_DECL std::shared_ptr<operation_state> p2p_post_op(const std::shared_ptr<se
   for (int r = 0; r < g.size(); ++r)
     if (r != g.rank()) write_to(c, r);
   refresh_published(c);
-  return op->state;
+  return std::shared_ptr<operation_state>(op, &op->state);
 }
 
 TUTTI_DECL std::vector<std::string> p2p_pending(p2p_engine& eng) {
@@ -488,7 +490,7 @@ TUTTI_DECL std::vector<std::string> p2p_pending(p2p_engine& eng) {
   const auto now = std::chrono::steady_clock::now();
   std::vector<std::string> out;
   const auto line = [&](const p2p_op& e) {
-    if (e.state->done.load(std::memory_order_acquire)) return;
+    if (e.state.done.load(std::memory_order_acquire)) return;
     out.push_back(toolkit::p2p_pending_line(e.send, e.peer == any_source ? "any rank" : g.name(e.peer), e.tag, e.bytes,
                                             now - e.posted));
   };
