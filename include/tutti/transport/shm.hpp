@@ -9,6 +9,9 @@
 ///   tail only by the receiver, each on its own cache line). A message is a 64-byte header
 ///   (fingerprint, byte count, magic) and the payload, padded to 64 bytes; it is written in
 ///   pieces as room appears, and a receiver reduces straight out of the ring (`zero_copy_recv`).
+/// - Point-to-point matched by source and tag (`matched_p2p`: `isend`/`irecv` in any order,
+///   `any_source`, `any_tag`): a second ring per ordered pair, of 64-byte frames: eager messages
+///   up to 16 KiB, larger ones by rendezvous (matching.hpp).
 /// - Windows: every rank of the world communicator owns a window every rank can load from, and a
 ///   monotonically increasing phase counter that it alone writes, next to the fingerprint of the
 ///   phase (one cache line). The native schedules of `tutti::algo::shared_memory` run on these.
@@ -23,7 +26,8 @@
 ///   next, raises `mismatch_error`.
 ///
 /// The parts, one file each under tutti/transport/shm/: options, layout, segment (and liveness),
-/// startup, rings, windows, arena, diagnosis, shrink, and the `shm` class itself (transport.hpp).
+/// startup, rings, matching, windows, arena, diagnosis, shrink, and the `shm` class itself
+/// (transport.hpp).
 #pragma once
 
 #include "tutti/transport/shm/transport.hpp"
