@@ -9,6 +9,8 @@
 /// - `any_source` and `any_tag`: every sender's messages arrive, each sender's in the order
 ///   sent, with `recv_status` saying the source, tag and count; a specific source still takes
 ///   only that source's message;
+/// - a rendezvous `isend` waited for after a collective: the receive completes while the sender
+///   is in the collective (the receiver's `recv` comes before its part of it);
 /// - a message shorter than the receive buffer is received and its count reported;
 /// - a receive of another element type, or of a message longer than its buffer, raises
 ///   `mismatch_error` naming both ranks and both values; a receive from a silent peer raises
@@ -199,6 +201,26 @@ void check_p2p_shorter(Comm& comm, report& rep) {
   comm.barrier();
 }
 
+/// Rank 0 posts a rendezvous `isend` to rank 1, then a barrier, then waits for it; rank 1 receives
+/// before its barrier: the message must move while rank 0 is in the collective.
+template <class Comm>
+void check_p2p_beside_collective(Comm& comm, report& rep) {
+  const int me = comm.rank();
+  const std::string label = "p2p: a rendezvous isend across a barrier on " + std::to_string(comm.size()) + " ranks";
+  std::vector<float> v(p2p_detail::rendezvous_floats, me == 0 ? 7.0f : -1.0f);
+  if (me == 0) {
+    auto s = comm.isend(view(v), 1, 6);
+    comm.barrier();
+    s.wait();
+  } else {
+    if (me == 1) comm.recv(view(v), 0, 6);
+    comm.barrier();
+    if (me == 1)
+      rep.check(v.front() == 7.0f && v.back() == 7.0f, label, me,
+                "received " + std::to_string(v.front()) + " ... " + std::to_string(v.back()) + ", not 7");
+  }
+}
+
 /// The receive's errors: another element type, a longer message, a silent peer.
 template <class Runner>
 void check_p2p_errors(Runner& run, report& rep, std::chrono::milliseconds silent_deadline) {
@@ -266,6 +288,7 @@ void check_point_to_point(Runner& run, report& rep, std::chrono::milliseconds si
       check_p2p_outstanding(comm, r);
       check_p2p_any_source(comm, r);
       check_p2p_shorter(comm, r);
+      check_p2p_beside_collective(comm, r);
     };
     run.each(body, rep, "point-to-point on " + std::to_string(run.size()) + " ranks");
     check_p2p_errors(run, rep, silent_deadline);

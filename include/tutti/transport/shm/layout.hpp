@@ -70,7 +70,8 @@ struct control {
   std::atomic<std::uint32_t> shrink_gen;             // shrink: how many times this rank entered it
   std::atomic<std::uint32_t> shrink_decided;         // shrink: the generation whose members follow
   std::atomic<std::uint64_t> shrink_members;         // shrink: bit r set: old rank r is in the new job
-  std::atomic<std::uint32_t> probe_rate[2];          // start-up: MB/s of process_vm_readv and of memcpy  // Point-to-point (matching.hpp): what this rank's blocking send or receive waits for, while it
+  std::atomic<std::uint32_t> probe_rate[2];          // start-up: MB/s of process_vm_readv and of memcpy
+  // Point-to-point (matching.hpp): what this rank's blocking send or receive waits for, while it
   // is the only one pending; 0: nothing (publication << 32 | kind << 24 | world peer + 1).
   alignas(line) std::atomic<std::uint64_t> p2p_wait;
 };

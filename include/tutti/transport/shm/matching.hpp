@@ -4,8 +4,9 @@
 /// carries frames of 64 bytes, each followed by its payload:
 /// - `eager`: a message of at most `p2p_eager_bytes`, whole; the send completes once it is in
 ///   the ring;
-/// - `rts` (ready to send): a larger message's envelope, numbered by its sender; the receive
-///   that takes it answers
+/// - `rts` (ready to send): a larger message's envelope, numbered by its sender (`cancel` with
+///   its number withdraws it, or fails the receive that took it, when the sender gives up); the
+///   receive that takes it answers
 /// - `cts` (clear to send), upon which the sender writes it in `data` pieces that the receiver
 ///   copies straight into its buffer, or `refuse`, with the receive's dtype and room, when the
 ///   message does not fit it (both sides then fail with the same `mismatch_error`).
@@ -15,7 +16,8 @@
 /// takes the earliest arrived message of its source (or any) and tag (or any), an arriving
 /// message the earliest posted receive that takes it, so one sender's messages of one tag are
 /// received in the order sent. Nothing runs in the background: whoever waits for or tests a
-/// point-to-point request moves every pending one of its communicator (`progress`).
+/// point-to-point request moves every pending one of its communicator (`progress`), and so does
+/// a wait of a collective of the same transport before it sleeps (`p2p_drive`).
 ///
 /// A rank that waits for its only pending operation, to or from one peer, publishes so in its
 /// control block; ranks that wait for each other in a cycle no wait can complete (two blocking
@@ -124,6 +126,11 @@ struct p2p_engine {
 TUTTI_DECL std::shared_ptr<operation_state> p2p_post_op(const std::shared_ptr<segment>& seg,
                                                         const std::shared_ptr<p2p_engine>& eng, const p2p_post& p,
                                                         bool send);
+
+/// Moves this process's pending point-to-point from a wait for something else (a collective's,
+/// before it sleeps), so that a rendezvous send posted before a collective goes on while the
+/// receiver waits for it; skipped while another thread holds the engine.
+TUTTI_DECL void p2p_drive(segment& seg, p2p_engine& eng) noexcept;
 
 /// Lines for the flight record: this rank's sends and receives not yet complete.
 TUTTI_DECL std::vector<std::string> p2p_pending(p2p_engine& eng);

@@ -15,7 +15,7 @@ namespace tutti::detail::shm_impl {
 
 namespace p2p_wire {
 
-enum kind : std::uint32_t { eager = 1, rts = 2, cts = 3, data = 4, refuse = 5 };
+enum kind : std::uint32_t { eager = 1, rts = 2, cts = 3, data = 4, refuse = 5, cancel = 6 };
 inline constexpr std::uint32_t magic = 0x32703270;  // "p2p2"
 
 /// A frame of a point-to-point ring, followed by `bytes` of payload (eager, data) padded to 64.
@@ -25,7 +25,7 @@ struct frame {
   std::uint32_t type_id = 0, type_size = 0, unused = 0;
   std::uint64_t count = 0;   // eager, rts: elements; refuse: the receive's room
   std::uint64_t bytes = 0;   // eager, data: the payload after the frame; rts: the message's
-  std::uint64_t seq = 0;     // rts, cts, data, refuse: the sender's number of the message
+  std::uint64_t seq = 0;     // rts, cts, data, refuse, cancel: the sender's number of the message
   std::uint64_t offset = 0;  // data: where the piece goes in the message
   std::uint64_t reserved = 0;
   std::size_t payload() const { return kind == eager || kind == data ? static_cast<std::size_t>(bytes) : 0; }
@@ -141,6 +141,37 @@ inline void arrive(p2p_ctx& c, int peer, const p2p_wire::frame& f, const p2p_byt
   c.eng.arrived.push_back(std::move(m));
 }
 
+inline std::size_t pending_count(const p2p_engine& eng) {
+  std::size_t n = eng.receives.size() + eng.announced.size() + eng.filling.size();
+  for (const auto& q : eng.sends) n += q.size();
+  for (const auto& q : eng.streaming) n += q.size();
+  return n;
+}
+
+/// Publishes that this rank waits for `e`, its only pending operation (see the file comment).
+inline void publish(p2p_ctx& c, p2p_op& e) {
+  if (c.eng.is_published && c.eng.published.lock().get() == &e) return;
+  const std::uint64_t word = (std::uint64_t{++c.eng.publications} << 32) | (std::uint64_t{e.send ? 1u : 2u} << 24) |
+                             static_cast<std::uint64_t>(c.g.world(e.peer) + 1);
+  c.seg.ctl(c.seg.world_rank).p2p_wait.store(word, std::memory_order_release);
+  c.eng.published = e.weak_from_this();
+  c.eng.is_published = true;
+}
+
+inline void unpublish(p2p_ctx& c) {
+  c.seg.ctl(c.seg.world_rank).p2p_wait.store(0, std::memory_order_release);
+  c.eng.published.reset();
+  c.eng.is_published = false;
+}
+
+/// Withdraws the publication once its operation is done or no longer the only one pending.
+inline void refresh_published(p2p_ctx& c) {
+  if (!c.eng.is_published) return;
+  const auto e = c.eng.published.lock();
+  if (e && !e->state.done.load(std::memory_order_acquire) && pending_count(c.eng) == 1) return;
+  unpublish(c);
+}
+
 /// Reads every frame `peer` has written to this rank.
 inline void read_from(p2p_ctx& c, int peer) {
   const int from = c.g.world(peer), me = c.seg.world_rank;
@@ -154,6 +185,8 @@ inline void read_from(p2p_ctx& c, int peer) {
     std::memcpy(&f, ring + tail % p2p_ring_bytes, sizeof f);
     if (f.magic != p2p_wire::magic)
       throw error(errc::aborted, "shm: corrupt point-to-point stream from " + c.g.name(peer));
+    if (f.payload() > p2p_piece_bytes || f.payload() > head - tail - sizeof f)
+      throw error(errc::aborted, "shm: corrupt point-to-point stream from " + c.g.name(peer) + " (a frame too long)");
     const p2p_bytes payload{ring, tail + sizeof f, nullptr};
     switch (f.kind) {
       case p2p_wire::eager:
@@ -173,10 +206,24 @@ inline void read_from(p2p_ctx& c, int peer) {
         }
         break;
       }
+      case p2p_wire::cancel: {  // its sender gave up a rendezvous message (deadline, abort)
+        std::erase_if(c.eng.arrived, [&](const p2p_arrived& m) { return m.rendezvous && m.src == peer && m.seq == f.seq; });
+        const auto it = c.eng.filling.find({peer, f.seq});
+        if (it == c.eng.filling.end()) break;
+        complete(it->second->state,
+                 std::make_exception_ptr(error(errc::aborted, p2p_here(c.g, *it->second) + ": " + c.g.name(peer) +
+                                                                  " gave its send up (its deadline or abort) before "
+                                                                  "all of it came")));
+        c.eng.filling.erase(it);
+        break;
+      }
       case p2p_wire::data: {
         const auto it = c.eng.filling.find({peer, f.seq});
         if (it == c.eng.filling.end()) break;  // a receive given up meanwhile
         p2p_op& r = *it->second;
+        if (f.offset > r.expect || f.bytes > r.expect - f.offset)
+          throw error(errc::aborted, "shm: corrupt point-to-point stream from " + c.g.name(peer) +
+                                         " (a piece beyond its message)");
         payload.copy_to(r.data + f.offset, static_cast<std::size_t>(f.bytes));
         r.moved += static_cast<std::size_t>(f.bytes);
         if (r.moved >= r.expect) {
@@ -189,6 +236,9 @@ inline void read_from(p2p_ctx& c, int peer) {
     }
     tail += sizeof f + pad(f.payload());
   }
+  // What this rank published it waits for may be what it just read: withdrawn before the peer
+  // can see the ring empty, so that no look finds a stale wait beside quiet rings.
+  if (c.eng.is_published) unpublish(c);
   ends.tail.store(tail, std::memory_order_release);
 }
 
@@ -254,33 +304,6 @@ inline void write_to(p2p_ctx& c, int peer) {
   }
 }
 
-inline std::size_t pending_count(const p2p_engine& eng) {
-  std::size_t n = eng.receives.size() + eng.announced.size() + eng.filling.size();
-  for (const auto& q : eng.sends) n += q.size();
-  for (const auto& q : eng.streaming) n += q.size();
-  return n;
-}
-
-/// Publishes that this rank waits for `e`, its only pending operation (see the file comment).
-inline void publish(p2p_ctx& c, p2p_op& e) {
-  if (c.eng.is_published && c.eng.published.lock().get() == &e) return;
-  const std::uint64_t word = (std::uint64_t{++c.eng.publications} << 32) | (std::uint64_t{e.send ? 1u : 2u} << 24) |
-                             static_cast<std::uint64_t>(c.g.world(e.peer) + 1);
-  c.seg.ctl(c.seg.world_rank).p2p_wait.store(word, std::memory_order_release);
-  c.eng.published = e.weak_from_this();
-  c.eng.is_published = true;
-}
-
-/// Withdraws the publication once its operation is done or no longer the only one pending.
-inline void refresh_published(p2p_ctx& c) {
-  if (!c.eng.is_published) return;
-  const auto e = c.eng.published.lock();
-  if (e && !e->state.done.load(std::memory_order_acquire) && pending_count(c.eng) == 1) return;
-  c.seg.ctl(c.seg.world_rank).p2p_wait.store(0, std::memory_order_release);
-  c.eng.published.reset();
-  c.eng.is_published = false;
-}
-
 /// Moves every pending operation as far as it goes now: reads what the peers wrote, then
 /// writes what this rank owes them.
 inline void progress(p2p_ctx& c) {
@@ -310,7 +333,9 @@ inline void check_cycle(p2p_ctx& c, const p2p_op& e, std::vector<std::uint64_t>&
     const std::uint64_t word = seg.ctl(r).p2p_wait.load(std::memory_order_acquire);
     const int peer = static_cast<int>(word & 0xffffff) - 1;
     const auto kind = static_cast<std::uint32_t>((word >> 24) & 0xff);
-    if (!word || peer < 0 || peer >= seg.lay.p || peer == r || !quiet(r, peer) || !quiet(peer, r)) return last.clear();
+    if (!word || peer < 0 || peer >= seg.lay.p || peer == r || !quiet(r, peer) || !quiet(peer, r) ||
+        seg.ctl(r).p2p_wait.load(std::memory_order_acquire) != word)  // (still published once the rings looked quiet)
+      return last.clear();
     if (prev >= 0 && peer == prev && kind != prev_kind) return last.clear();  // r's wait completes prev's
     if (visited[static_cast<std::size_t>(r)]) return last.clear();           // a cycle, but not through this rank
     visited[static_cast<std::size_t>(r)] = true;
@@ -352,8 +377,8 @@ inline std::exception_ptr p2p_lost(const segment& seg, const toolkit::group_map&
                               (e.send ? "receiving it" : "sending it"),
                           g.job_rank(peer));
     };
-    if (e.send || e.peer != any_source) {
-      check(e.peer);
+    if (e.send || e.peer != any_source || e.from >= 0) {  // (an any-source receive taking a message: its sender)
+      check(e.send || e.peer != any_source ? e.peer : e.from);
       return nullptr;
     }
     for (int r = 0; r < g.size(); ++r)
@@ -366,6 +391,14 @@ inline std::exception_ptr p2p_lost(const segment& seg, const toolkit::group_map&
 
 /// Takes a given-up operation off every list of the engine.
 inline void withdraw(p2p_engine& eng, const p2p_op* e) {
+  // A rendezvous send its receiver knows of (announced, or being written) is said given up.
+  if (e->send) {
+    const auto to = static_cast<std::size_t>(eng.g.world(e->peer));
+    const auto is_e = [&](const auto& x) { return x.get() == e; };
+    if (std::any_of(eng.announced.begin(), eng.announced.end(), [&](const auto& kv) { return is_e(kv.second); }) ||
+        std::any_of(eng.streaming[to].begin(), eng.streaming[to].end(), is_e))
+      eng.controls[to].push_back({p2p_wire::cancel, e->seq, e->type, 0});
+  }
   const auto drop = [&](auto& list) { std::erase_if(list, [&](const auto& x) { return x.get() == e; }); };
   const auto drop_mapped = [&](auto& map) { std::erase_if(map, [&](const auto& kv) { return kv.second.get() == e; }); };
   drop(eng.receives);
@@ -409,7 +442,10 @@ TUTTI_DECL std::shared_ptr<operation_state> p2p_post_op(const std::shared_ptr<se
     } catch (...) {
       why = std::current_exception();
     }
-    if (st.done.load(std::memory_order_acquire)) return;
+    if (st.done.load(std::memory_order_acquire)) {
+      refresh_published(c);
+      return;
+    }
     // The clock every 16th poll (a wait polls about every 0.1 us at first), the abort at each.
     if (!why && e->deadline != clock::time_point{} && ++e->polls % 16 != 0 &&
         !(e->aborted && e->aborted->load(std::memory_order_relaxed)))
@@ -450,6 +486,10 @@ TUTTI_DECL std::shared_ptr<operation_state> p2p_post_op(const std::shared_ptr<se
     if (!why) return;
     withdraw(eng, e);
     complete(st, why);
+    try {
+      progress(c);  // (a given-up rendezvous send's cancel goes now)
+    } catch (...) {
+    }
     refresh_published(c);
   };
   std::lock_guard lk(eng->mu);
@@ -482,6 +522,16 @@ TUTTI_DECL std::shared_ptr<operation_state> p2p_post_op(const std::shared_ptr<se
     if (r != g.rank()) write_to(c, r);
   refresh_published(c);
   return std::shared_ptr<operation_state>(op, &op->state);
+}
+
+TUTTI_DECL void p2p_drive(segment& seg, p2p_engine& eng) noexcept {
+  std::unique_lock lk(eng.mu, std::try_to_lock);
+  if (!lk.owns_lock() || p2p_steps::pending_count(eng) == 0) return;
+  p2p_steps::p2p_ctx c{seg, eng, eng.g};
+  try {
+    p2p_steps::progress(c);
+  } catch (...) {  // (a corrupt stream: the point-to-point wait raises it)
+  }
 }
 
 TUTTI_DECL std::vector<std::string> p2p_pending(p2p_engine& eng) {

@@ -263,6 +263,7 @@ class shm {
           }
           // A peer seen in a later call may have finished ours just now: check_peer believes
           // the mismatch only if what we wait for is still missing after it looked.
+          if (p2p_) p2p_drive(*seg_, *p2p_);  // point-to-point posted before this call goes on meanwhile
           check_peer(*seg_, group_, peer, h, w, ready, compare);
           if (peer2 >= 0) check_peer(*seg_, group_, peer2, h, w, ready, compare);
           if (how == wait_kind::send || how == wait_kind::recv) check_cycle(*seg_, group_, h, w, cycle);
