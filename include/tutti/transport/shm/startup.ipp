@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "tutti/bootstrap/local_rendezvous.hpp"
@@ -161,10 +162,22 @@ TUTTI_DECL std::shared_ptr<segment> map_segment(int rank, int world_size, const 
   const std::string name = "tutti." + std::to_string(::getuid()) + "." + job_id;
   rendezvous_result rv = rank == 0 ? serve_segment(name, world_size, seg->lay.total, timeout)
                                    : join_segment(name, rank, world_size, seg->lay.total, timeout);
-  // Control blocks, rings and windows are pre-faulted; the arenas only reserve address space.
-  void* p = ::mmap(nullptr, seg->lay.arenas, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, rv.segment.get(), 0);
+  // Control blocks, the collectives' rings and the windows are pre-faulted (mapped again in place
+  // with MAP_POPULATE); the point-to-point rings are faulted by the pairs that use them (128 KiB
+  // each way per pair: 504 MiB at 64 ranks if every pair talked), the arenas only reserve address
+  // space.
+  void* p = ::mmap(nullptr, seg->lay.arenas, PROT_READ | PROT_WRITE, MAP_SHARED, rv.segment.get(), 0);
   if (p == MAP_FAILED)
     throw error(errc::config, "shm: cannot map " + std::to_string(seg->lay.arenas) + " bytes: " + errno_text(errno));
+  for (const auto& [from, to] : {std::pair{std::size_t{0}, seg->lay.p2p_rings}, std::pair{seg->lay.windows, seg->lay.arenas}}) {
+    const std::size_t at = from & ~std::size_t{4095}, end = std::min(seg->lay.arenas, (to + 4095) & ~std::size_t{4095});
+    if (end > at && ::mmap(static_cast<std::byte*>(p) + at, end - at, PROT_READ | PROT_WRITE,
+                           MAP_SHARED | MAP_FIXED | MAP_POPULATE, rv.segment.get(), static_cast<off_t>(at)) == MAP_FAILED) {
+      const int e = errno;
+      ::munmap(p, seg->lay.arenas);
+      throw error(errc::config, "shm: cannot map " + std::to_string(end - at) + " bytes: " + errno_text(e));
+    }
+  }
   if (seg->lay.total > seg->lay.arenas) {
     void* a = ::mmap(nullptr, seg->lay.total - seg->lay.arenas, PROT_READ | PROT_WRITE, MAP_SHARED, rv.segment.get(),
                      static_cast<off_t>(seg->lay.arenas));
