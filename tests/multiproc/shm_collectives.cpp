@@ -10,6 +10,7 @@
 #include "../support/job_world.hpp"
 #include "../support/collective_checks.hpp"
 #include "../support/observe_checks.hpp"
+#include "../support/p2p_checks.hpp"
 #include "../../examples/point_to_point.hpp"
 
 using namespace tutti;
@@ -91,29 +92,13 @@ TEST_CASE("over shm: send and recv") {
   comm.barrier();
 }
 
-TEST_CASE("over shm: a rendezvous send given up is not received") {
-  // Rank 0's first send of a message too large to go eagerly times out before rank 1 receives;
-  // rank 1's receive, posted later, must get the second send, not wait for the first one's data.
-  auto& comm = world();
-  const int me = comm.rank();
-  std::vector<float> v(100000, me == 0 ? 1.0f : -1.0f);
-  comm.barrier();
-  if (me == 0) {
-    comm.set_timeout(std::chrono::milliseconds(200));
-    auto first = comm.isend(view(v), 1, 8);
-    CHECK_THROWS_AS(first.wait(), timeout_error);
-    comm.set_timeout(std::chrono::seconds(60));
-    std::fill(v.begin(), v.end(), 2.0f);
-    comm.send(view(v), 1, 8);
-  } else if (me == 1) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(600));
-    const recv_status st = comm.recv(view(v), 0, 8);
-    CHECK(st.count == v.size());
-    CHECK(v.front() == 2.0f);
-    CHECK(v.back() == 2.0f);
-  }
-  comm.barrier();
+TEST_CASE("over shm: a rendezvous send given up is not received") { check_given_up_rendezvous(world()); }
+
+TEST_CASE("over shm: a receive given up after it cleared a message fails its send") {
+  check_given_up_receive(world());
 }
+
+TEST_CASE("over shm: point-to-point within groups") { check_group_p2p(world()); }
 
 TEST_CASE("over shm: the point-to-point examples: the tutorial's ring, a halo exchange, a manager") {
   auto& comm = world();

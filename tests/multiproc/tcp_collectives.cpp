@@ -10,6 +10,8 @@
 #include "../support/job_world.hpp"
 #include "../support/collective_checks.hpp"
 #include "../support/observe_checks.hpp"
+#include "../support/p2p_checks.hpp"
+#include "../../examples/point_to_point.hpp"
 
 using namespace tutti;
 using namespace tutti::test;
@@ -104,6 +106,20 @@ TEST_CASE("over tcp: send and recv") {
     CHECK(data[0] == me);
     CHECK(data[999999] == me + 999999);
   }
+  comm.barrier();
+}
+
+TEST_CASE("over tcp: a rendezvous send given up is not received") { check_given_up_rendezvous(world()); }
+
+TEST_CASE("over tcp: a receive given up after it cleared a message fails its send") {
+  check_given_up_receive(world());
+}
+
+TEST_CASE("over tcp: point-to-point within groups") { check_group_p2p(world()); }
+
+TEST_CASE("over tcp: the point-to-point examples: the tutorial's ring, a halo exchange, a manager") {
+  auto& comm = world();
+  CHECK(tutti_examples::run_all(comm));
   comm.barrier();
 }
 

@@ -23,6 +23,7 @@
 #include <string>
 #include <thread>
 #include <tutti/bootstrap/store.hpp>
+#include <tutti/testing/p2p.hpp>
 #include <utility>
 #include <tutti/transport/tcp.hpp>
 #include <vector>
@@ -280,6 +281,45 @@ TEST_CASE("tcp: a peer that fails or exits is peer_lost naming it") {
         CHECK(has(e.what(), "lost rank 2"));
         CHECK(has(e.what(), "all_reduce(ring)"));
       }
+    });
+    for (const auto& o : out) CHECK(o == "");
+  }
+}
+
+TEST_CASE("tcp: point-to-point has a connection of its own beside the streams, and learns a failure") {
+  SUBCASE("the ring, 64 outstanding and any source, beside two striped streams") {
+    setup s;
+    s.n = 3;
+    s.opt.streams = 2;
+    s.opt.stripe_bytes = 4096;
+    const auto out = run_tcp(s, [](tcp& t) {
+      communicator<tcp> comm(std::move(t), {}, config{});
+      testing::report rep;
+      testing::check_p2p_ring(comm, rep);
+      test::check_collectives<algo::ring, float>(comm, 5000, op::sum{});  // striped meanwhile
+      testing::check_p2p_outstanding(comm, rep);
+      testing::check_p2p_any_source(comm, rep);
+      CHECK(rep.ok());
+    });
+    for (const auto& o : out) CHECK(o == "");
+  }
+  SUBCASE("fail() reaches a pending receive with its reason, and an any-source one") {
+    setup s;
+    const auto out = run_tcp(s, [](tcp& t) {
+      if (t.rank() == 0) {
+        std::this_thread::sleep_for(50ms);
+        t.fail("rank 0 hit a bad thing");
+        return;
+      }
+      communicator<tcp> comm(std::move(t), {}, config{});
+      std::vector<float> v(100), w(100);
+      auto from0 = comm.irecv(view(v), 0, 1);
+      auto any = comm.irecv(view(w), any_source, 2);
+      const std::string named = message_of<peer_lost>([&] { from0.wait(); });
+      CHECK(has(named, "rank 0 hit a bad thing"));
+      const std::string anyone = message_of<peer_lost>([&] { any.wait(); });
+      CAPTURE(anyone);
+      CHECK(has(anyone, "rank 0"));
     });
     for (const auto& o : out) CHECK(o == "");
   }

@@ -39,6 +39,9 @@
 ///   `sendrecv` is full duplex, with no helper thread), spins briefly (`TUTTI_TCP_SPIN_US`),
 ///   then waits in `poll()` no longer than the deadline: `timeout_error` names the peer, the
 ///   collective, the algorithm and the bytes.
+/// - Point-to-point (`isend`/`irecv`, `send`/`recv`) is matched by source and tag over one more
+///   connection per pair, apart from the streams (`matched_p2p`, tcp/matching.hpp): eager up to
+///   64 KiB, larger messages by rendezvous straight into the receive buffer.
 /// - A sub-group (`split`, `new_group`) gets connections of its own: its members connect to each
 ///   other again (a group hello carrying the group's context, accepted on the listening socket
 ///   every rank keeps open for the job's life), so a group and its world, each driven by its own

@@ -13,26 +13,7 @@
 
 namespace tutti::detail::shm_impl {
 
-namespace p2p_wire {
-
-enum kind : std::uint32_t { eager = 1, rts = 2, cts = 3, data = 4, refuse = 5, cancel = 6 };
-inline constexpr std::uint32_t magic = 0x32703270;  // "p2p2"
-
-/// A frame of a point-to-point ring, followed by `bytes` of payload (eager, data) padded to 64.
-struct frame {
-  std::uint32_t magic = p2p_wire::magic, kind = 0;
-  std::int32_t tag = 0;
-  std::uint32_t type_id = 0, type_size = 0, unused = 0;
-  std::uint64_t count = 0;   // eager, rts: elements; refuse: the receive's room
-  std::uint64_t bytes = 0;   // eager, data: the payload after the frame; rts: the message's
-  std::uint64_t seq = 0;     // rts, cts, data, refuse, cancel: the sender's number of the message
-  std::uint64_t offset = 0;  // data: where the piece goes in the message
-  std::uint64_t reserved = 0;
-  std::size_t payload() const { return kind == eager || kind == data ? static_cast<std::size_t>(bytes) : 0; }
-};
-static_assert(sizeof(frame) == 64);
-
-}  // namespace p2p_wire
+namespace p2p_wire = toolkit::p2p_wire;
 
 /// The steps `p2p_post_op` and the polls take.
 namespace p2p_steps {
@@ -217,6 +198,16 @@ inline void read_from(p2p_ctx& c, int peer) {
         c.eng.filling.erase(it);
         break;
       }
+      case p2p_wire::withdrawn: {  // its receiver gave up a message it had cleared (deadline, abort)
+        auto& q = c.eng.streaming[c.at(peer)];
+        const auto it = std::find_if(q.begin(), q.end(), [&](const auto& s) { return s->seq == f.seq; });
+        if (it == q.end()) break;  // all of it written meanwhile
+        complete((*it)->state, std::make_exception_ptr(error(
+                                   errc::aborted, p2p_here(c.g, **it) + ": " + c.g.name(peer) +
+                                                      " gave its receive up (its deadline or abort) before all of it came")));
+        q.erase(it);
+        break;
+      }
       case p2p_wire::data: {
         const auto it = c.eng.filling.find({peer, f.seq});
         if (it == c.eng.filling.end()) break;  // a receive given up meanwhile
@@ -399,6 +390,10 @@ inline void withdraw(p2p_engine& eng, const p2p_op* e) {
         std::any_of(eng.streaming[to].begin(), eng.streaming[to].end(), is_e))
       eng.controls[to].push_back({p2p_wire::cancel, e->seq, e->type, 0});
   }
+  // A receive that cleared a rendezvous message tells its sender to stop.
+  for (const auto& [key, r] : eng.filling)
+    if (r.get() == e)
+      eng.controls[static_cast<std::size_t>(eng.g.world(key.first))].push_back({p2p_wire::withdrawn, key.second, e->type, 0});
   const auto drop = [&](auto& list) { std::erase_if(list, [&](const auto& x) { return x.get() == e; }); };
   const auto drop_mapped = [&](auto& map) { std::erase_if(map, [&](const auto& kv) { return kv.second.get() == e; }); };
   drop(eng.receives);

@@ -36,6 +36,8 @@
 
 namespace tutti::detail::tcp_impl {
 
+struct p2p_engine;  // tcp/matching.ipp
+
 /// One connection to a peer.
 struct link {
   explicit link(asio::io_context& io) : sock(io) {}
@@ -137,7 +139,10 @@ struct connections {
   fingerprint told{};  // the call this rank last sent waiting notices for (tcp::tell_waiting)
   tcp_options opt;
   bool oversubscribed = false;
-  std::vector<std::vector<std::unique_ptr<link>>> peers;  // [world rank][stream]
+  /// [world rank][stream]: the `opt.streams` links of the collectives, then point-to-point's
+  /// own (`links_per_peer`).
+  std::vector<std::vector<std::unique_ptr<link>>> peers;
+  std::shared_ptr<p2p_engine> p2p;  // point-to-point's matching (tcp/matching.hpp)
   std::shared_ptr<store_server> server;                   // rank 0: the store lives as long as this (and successors)
   std::string failure;                                    // set by fail(): the transport is unusable
 
@@ -161,6 +166,10 @@ struct connections {
   std::uint32_t grows = 0;    // grows this world has started (tcp/grow.hpp)
   long long joiners_taken = 0;  // rank 0: joiners' tickets its store has handed to grows
 };
+
+/// The links a rank keeps to each peer: the collectives' streams and point-to-point's own (the
+/// last, numbered `o.streams`).
+inline int links_per_peer(const tcp_options& o) { return o.streams + 1; }
 
 inline std::string sockaddr_text(const asio::ip::tcp::endpoint& e) {
   return net::host_port(e.address().to_string(), e.port());

@@ -15,9 +15,9 @@ namespace tutti::detail::tcp_impl {
 
 TUTTI_COLD TUTTI_DECL void accept_all(connections& m, asio::ip::tcp::acceptor& acceptor, const job_env& job,
                                       const std::string& token, std::chrono::steady_clock::time_point deadline) {
-  const int S = m.opt.streams, R = job.rank;
-  for (int r = 0; r < R; ++r) m.peers[static_cast<std::size_t>(r)].resize(static_cast<std::size_t>(S));
-  int missing = R * S;
+  const int S = m.opt.streams, L = links_per_peer(m.opt), R = job.rank;
+  for (int r = 0; r < R; ++r) m.peers[static_cast<std::size_t>(r)].resize(static_cast<std::size_t>(L));
+  int missing = R * L;
   auto on_hello = [&](hello_queue::waiting& p, const mesh_hello* h, const group_hello* g) {
     if (g) {  // a lower rank done with its start-up makes a group already: kept for it
       keep_group_hello(m, p, *g);
@@ -42,7 +42,7 @@ TUTTI_COLD TUTTI_DECL void accept_all(connections& m, asio::ip::tcp::acceptor& a
     else if (streams != S)
       refusal = "rank " + std::to_string(from) + " uses TUTTI_TCP_STREAMS=" + std::to_string(streams) + ", rank " +
                 std::to_string(R) + " uses " + std::to_string(S);
-    else if (from < 0 || from >= R || stream < 0 || stream >= S)
+    else if (from < 0 || from >= R || stream < 0 || stream >= L)
       refusal = "rank " + std::to_string(from) + " (stream " + std::to_string(stream) + ") should not connect to rank " + std::to_string(R);
     else if (m.peers[static_cast<std::size_t>(from)][static_cast<std::size_t>(stream)])
       refusal = "two processes connect as rank " + std::to_string(from) + " (stream " + std::to_string(stream) + ")";
@@ -69,7 +69,7 @@ TUTTI_COLD TUTTI_DECL void accept_all(connections& m, asio::ip::tcp::acceptor& a
     if (left <= 0) {
       std::string who;
       for (int r = 0; r < R; ++r)
-        for (int s = 0; s < S; ++s)
+        for (int s = 0; s < L; ++s)
           if (!m.peers[static_cast<std::size_t>(r)][static_cast<std::size_t>(s)]) {
             who += (who.empty() ? "" : ", ") + std::to_string(r);
             break;
@@ -151,7 +151,7 @@ TUTTI_COLD TUTTI_DECL std::shared_ptr<connections> connect_all(const job_env& jo
                   " stream(s) per peer, store at " + kv.where());
   kv.set(keys + "addr/" + std::to_string(job.rank), me.address().to_string() + " " + std::to_string(me.port()));
 
-  const int S = opt.streams, R = job.rank, P = job.world_size;
+  const int S = opt.streams, L = links_per_peer(opt), R = job.rank, P = job.world_size;
   auto left = [&] { return std::max(net::left(deadline), std::chrono::milliseconds(1)); };
   auto address_of = [&](int j) {
     const std::string where = kv.get(keys + "addr/" + std::to_string(j), left());
@@ -172,7 +172,7 @@ TUTTI_COLD TUTTI_DECL std::shared_ptr<connections> connect_all(const job_env& jo
   // 1. Connect to every higher rank; the hello goes out at once, the answer is read in step 3.
   for (int j = R + 1; j < P; ++j) {
     const auto ep = m->addresses[static_cast<std::size_t>(j)];
-    for (int s = 0; s < S; ++s) {
+    for (int s = 0; s < L; ++s) {
       auto l = std::make_unique<link>(m->io);
       connect(*l, ep, m->opt, deadline, R, j);
       std::string hello = hello_text(R, P, s, S, job.job_id, token);
@@ -236,7 +236,7 @@ TUTTI_COLD TUTTI_DECL void keep_group_hello(connections& w, hello_queue::waiting
   std::string why;
   if (h.version != hello_version) why = "protocol version " + std::to_string(h.version) + " differs from " + std::to_string(hello_version);
   else if (!net::same_token(h.token, w.token) || h.job_id != w.job_id) why = "wrong job token or job id: not a rank of this job";
-  else if (h.from < 0 || h.from >= w.world_size || h.stream < 0 || h.stream >= w.opt.streams) why = "no such rank or stream";
+  else if (h.from < 0 || h.from >= w.world_size || h.stream < 0 || h.stream >= links_per_peer(w.opt)) why = "no such rank or stream";
   if (!why.empty()) {
     log_refusal(w.world_rank, c.from, why, w.refusals_logged);
     return;
@@ -271,14 +271,14 @@ TUTTI_COLD TUTTI_DECL std::shared_ptr<connections> connect_group(const std::shar
   g->linger = w->linger;
   g->timeout = w->timeout;
   g->peers.resize(static_cast<std::size_t>(w->world_size));
-  const int R = w->world_rank, S = w->opt.streams;
+  const int R = w->world_rank, L = links_per_peer(w->opt);
   const auto deadline = clock::now() + w->timeout;
   std::size_t mine = 0;
   while (members[mine] != R) ++mine;
   // 1. Connect to the members after this rank; nothing is answered.
   for (std::size_t k = mine + 1; k < members.size(); ++k) {
     const int j = members[k];
-    for (int s = 0; s < S; ++s) {
+    for (int s = 0; s < L; ++s) {
       auto l = std::make_unique<link>(w->io);
       connect(*l, w->addresses[static_cast<std::size_t>(j)], g->opt, deadline, R, j);
       std::string hello = group_hello_text(R, s, context, w->job_id, w->token);
@@ -288,8 +288,8 @@ TUTTI_COLD TUTTI_DECL std::shared_ptr<connections> connect_group(const std::shar
     }
   }
   // 2. Accept the members before it.
-  for (std::size_t k = 0; k < mine; ++k) g->peers[static_cast<std::size_t>(members[k])].resize(static_cast<std::size_t>(S));
-  std::size_t missing = mine * static_cast<std::size_t>(S);
+  for (std::size_t k = 0; k < mine; ++k) g->peers[static_cast<std::size_t>(members[k])].resize(static_cast<std::size_t>(L));
+  std::size_t missing = mine * static_cast<std::size_t>(L);
   // The world's acceptor is served also when this rank accepts nothing itself (the group's
   // first member): connections to it never pile up unread.
   const auto within = hello_time(w->timeout);
@@ -306,7 +306,7 @@ TUTTI_COLD TUTTI_DECL std::shared_ptr<connections> connect_group(const std::shar
       for (auto it = w->arrived.begin(); it != w->arrived.end();) {
         if (it->context == context) {
           auto& slot = g->peers[static_cast<std::size_t>(it->from)];
-          if (slot.size() == static_cast<std::size_t>(S) && !slot[static_cast<std::size_t>(it->stream)]) {
+          if (slot.size() == static_cast<std::size_t>(L) && !slot[static_cast<std::size_t>(it->stream)]) {
             slot[static_cast<std::size_t>(it->stream)] = std::move(it->l);
             --missing;
             it = w->arrived.erase(it);

@@ -23,6 +23,7 @@
 #include "tutti/core/error.hpp"
 #include "tutti/core/fingerprint.hpp"
 #include "tutti/transport/capabilities.hpp"
+#include "tutti/transport/tcp/matching.hpp"
 #include "tutti/transport/tcp/options.hpp"
 #include "tutti/transport/tcp/wire.hpp"
 #include "tutti/transport/toolkit.hpp"
@@ -103,6 +104,17 @@ class tcp {
     incoming in(*this, from, hr, nullptr, &consume);
     run(&out, &in, w);
   }
+
+  /// Point-to-point with matching of its own (`matched_p2p`), over a connection per pair apart
+  /// from the collectives' (tcp/matching.hpp): eager up to `detail::tcp_impl::p2p_eager_bytes`,
+  /// larger messages by rendezvous straight into the receive buffer.
+  std::shared_ptr<detail::operation_state> post_send(const p2p_post& p) {
+    return detail::tcp_impl::p2p_post_op(conn_, p, true);
+  }
+  std::shared_ptr<detail::operation_state> post_recv(const p2p_post& p) {
+    return detail::tcp_impl::p2p_post_op(conn_, p, false);
+  }
+  std::vector<std::string> pending_p2p() const { return detail::tcp_impl::p2p_pending(*conn_); }
 
   // ---- notices ----------------------------------------------------------------------------
 
@@ -244,7 +256,7 @@ class tcp {
 };
 
 static_assert(transport<tcp> && zero_copy_recv<tcp> && failure_notices<tcp> && last_words<tcp> && from_environment<tcp> &&
-              shrinkable<tcp> && growable<tcp>);
+              shrinkable<tcp> && growable<tcp> && matched_p2p<tcp>);
 
 }  // namespace tutti
 

@@ -44,6 +44,7 @@ TUTTI_DECL tcp tcp::sub(std::span<const int> members, std::uint64_t context) con
   t.group_ = group_.sub(members, context);
   const auto& world = conn_->world ? conn_->world : conn_;
   t.conn_ = detail::tcp_impl::connect_group(world, t.group_.members(), context);
+  t.conn_->p2p = detail::tcp_impl::p2p_make(t.group_);
   return t;
 }
 
@@ -76,6 +77,7 @@ TUTTI_DECL void tcp::fail(std::string_view what) noexcept {
     if (m.failure.empty()) m.failure = what.empty() ? std::string("failed") : toolkit::notice_text(what);
   } catch (...) {
   }
+  detail::tcp_impl::p2p_fail(m, m.failure);
   std::vector<link*> open;
   try {
     for (auto& streams : m.peers)
@@ -114,6 +116,7 @@ TUTTI_DECL int tcp::native_handle(int peer, int stream) const {
 TUTTI_DECL tcp tcp::adopt(std::shared_ptr<detail::tcp_impl::connections> c) {
   tcp t;
   t.group_ = toolkit::group_map(c->world_size, c->world_rank);
+  c->p2p = detail::tcp_impl::p2p_make(t.group_);
   t.conn_ = std::move(c);
   return t;
 }
@@ -142,7 +145,7 @@ TUTTI_DECL void tcp::plan(int peer, std::size_t bytes, std::array<part, 16>& par
     throw usage_error("tcp: rank " + std::to_string(rank()) + " cannot send to or receive from rank " +
                       std::to_string(peer) + " (itself, or outside the group of " + std::to_string(size()) + ")");
   auto& streams = m.peers[static_cast<std::size_t>(group_.world(peer))];
-  const std::size_t k = bytes >= m.opt.stripe_bytes ? streams.size() : 1;
+  const std::size_t k = bytes >= m.opt.stripe_bytes ? static_cast<std::size_t>(m.opt.streams) : 1;
   const std::size_t per = ((bytes + k - 1) / k + 63) & ~std::size_t{63};
   count = 0;
   for (std::size_t s = 0; s < k; ++s) {
@@ -160,11 +163,13 @@ TUTTI_DECL void tcp::run(outgoing* out, incoming* in, const wait_context& w) {
   std::array<pollfd, 32> fds;  // at most 16 parts each way
   const header& h = out ? out->h : in->h;
   const int peer = out ? out->peer : in->peer;
+  bool p2p_pending = false;  // point-to-point posted before this call: moved by each look
   toolkit::wait_until(
       w, {h, rank(), out ? "to send to" : "to receive from", peer, in ? in->peer : peer},
       toolkit::wait_policy{0, conn_->opt.spin, {}, std::chrono::milliseconds(1000)},
       [&] {
         bool moved = false, done = true;
+        p2p_pending = detail::tcp_impl::p2p_drive(*conn_);
         if (out)
           for (int i = 0; i < out->count; ++i) {
             part& p = out->parts[static_cast<std::size_t>(i)];
@@ -204,7 +209,8 @@ TUTTI_DECL void tcp::run(outgoing* out, incoming* in, const wait_context& w) {
             part& p = in->parts[static_cast<std::size_t>(i)];
             if ((p.has_head || in->checked) && !p.finished(sizeof in->wire)) fds[nfds++] = {p.l->fd(), POLLIN, 0};
           }
-        const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - std::chrono::steady_clock::now()).count();
+        auto left = std::chrono::ceil<std::chrono::milliseconds>(until - std::chrono::steady_clock::now()).count();
+        if (p2p_pending) left = std::min<long long>(left, 1);
         ::poll(fds.data(), nfds, static_cast<int>(std::max<long long>(left, 0)));
       },
       [&](auto) -> std::chrono::steady_clock::time_point { timed_out(out, in, w); });

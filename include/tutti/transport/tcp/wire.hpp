@@ -24,10 +24,11 @@
 namespace tutti::detail::tcp_impl {
 
 inline constexpr std::uint64_t hello_magic = 0x6f6c6c6569747475ull;  // "uttiello"
+/// 3: a pair of ranks has a connection for point-to-point after its streams (tcp/matching.hpp);
 /// 2: the 64-byte frame carries a 32-bit magic and the fingerprint's fixed 52-byte encoding;
 /// plus 1000 times the collective table's wire version (core/collective.hpp), so that builds
 /// whose collectives travel under other values refuse each other at the hello.
-inline constexpr std::uint32_t hello_version = 2 + 1000 * collective_wire_version;
+inline constexpr std::uint32_t hello_version = 3 + 1000 * collective_wire_version;
 /// A receive still without its header after this long tells the peer what it waits for.
 inline constexpr std::chrono::milliseconds waiting_notice_after{20};
 /// The longest a failing rank waits for its peers to acknowledge its failure notice (`tcp::fail`).

@@ -1,7 +1,8 @@
 /// \file
 /// The texts of point-to-point matched by source and tag (`matched_p2p`), the same on every
 /// transport that has it: the header its timeouts describe, the mismatch a message makes in a
-/// receive, and a pending operation's line in the flight record.
+/// receive, and a pending operation's line in the flight record; and the frame shm's and tcp's
+/// point-to-point streams carry.
 #pragma once
 
 #include <chrono>
@@ -15,6 +16,36 @@
 #include "tutti/detail/attributes.hpp"
 
 namespace tutti::toolkit {
+
+/// The 64-byte frame of a point-to-point stream (shm's rings, tcp's own connection), followed
+/// by its payload (`payload()` bytes; shm pads it to 64). shm/matching.hpp and tcp/matching.hpp
+/// say what each kind means; `wait` and `failure` travel over tcp only.
+namespace p2p_wire {
+
+/// `cancel`: the sender gave a rendezvous message up; `withdrawn`: the receiver gave up one it
+/// had cleared (`cts`), so the sender stops writing it and fails.
+enum kind : std::uint32_t {
+  eager = 1, rts = 2, cts = 3, data = 4, refuse = 5, cancel = 6, wait = 7, failure = 8, withdrawn = 9
+};
+inline constexpr std::uint32_t magic = 0x32703270;  // "p2p2"
+
+struct frame {
+  std::uint32_t magic = p2p_wire::magic, kind = 0;
+  std::int32_t tag = 0;      // eager, rts: the message's; wait: the group rank waited for
+  std::uint32_t type_id = 0, type_size = 0, unused = 0;
+  std::uint64_t count = 0;   // eager, rts: elements; refuse: the receive's room; wait: 1 send, 2 receive, 0 none
+  std::uint64_t bytes = 0;   // eager, data, failure: the payload after the frame; rts: the message's
+  std::uint64_t seq = 0;     // rts, cts, data, refuse, cancel, withdrawn: the sender's number of the message; wait: the
+                             // messages (eager, rts) read from the rank waited for
+  std::uint64_t offset = 0;  // data: where the piece goes in the message
+  std::uint64_t reserved = 0;
+  std::size_t payload() const {
+    return kind == eager || kind == data || kind == failure ? static_cast<std::size_t>(bytes) : 0;
+  }
+};
+static_assert(sizeof(frame) == 64);
+
+}  // namespace p2p_wire
 
 /// The header a send or receive's texts describe: send/recv, its dtype, count and tag (none
 /// printed for `any_tag`).
