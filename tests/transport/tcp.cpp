@@ -307,8 +307,18 @@ TEST_CASE("tcp: point-to-point has a connection of its own beside the streams, a
     setup s;
     const auto out = run_tcp(s, [](tcp& t) {
       if (t.rank() == 0) {
+        // Its own pending receive, waited for from another thread while it fails, ends as this
+        // rank's failure, not as a lost peer.
+        communicator<tcp> comm(std::move(t), {}, config{});
+        std::vector<float> v(100);
+        auto mine = comm.irecv(view(v), 1, 7);
+        std::string own;
+        std::thread waiter([&] { own = message_of<error>([&] { mine.wait(); }); });
         std::this_thread::sleep_for(50ms);
-        t.fail("rank 0 hit a bad thing");
+        comm.transport().fail("rank 0 hit a bad thing");
+        waiter.join();
+        CAPTURE(own);
+        CHECK(has(own, "this rank failed earlier: rank 0 hit a bad thing"));
         return;
       }
       communicator<tcp> comm(std::move(t), {}, config{});

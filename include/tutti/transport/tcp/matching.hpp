@@ -22,7 +22,7 @@
 ///
 /// Wait cycles: a rank that waits for its only pending operation, a receive not yet matched or
 /// an announced rendezvous send, tells that peer so (`wait`, with how many messages it has read
-/// from it). Two ranks that wait for each other in the same direction (two such sends, or two
+/// from it, an eager one once its payload is in). Two ranks that wait for each other in the same direction (two such sends, or two
 /// such receives), when each has read every message the other sent, can never go on: both raise
 /// `mismatch_error` naming the pair at once. Longer cycles end at the deadline, naming the peer.
 #pragma once

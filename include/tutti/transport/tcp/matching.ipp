@@ -36,6 +36,7 @@ struct p2p_op : std::enable_shared_from_this<p2p_op> {
   std::byte* data = nullptr;
   std::uint64_t seq = 0;   // a rendezvous send's number; a receive's: the message's it took
   bool announced = false;  // a rendezvous send whose rts is out: its number is set
+  bool blocked = false;    // its holder waits for it (`operation_state::awaited`, copied by its own poll)
   int from = -1;           // a receive that took a message whose bytes are still coming: its sender
   std::size_t moved = 0;   // rendezvous bytes handed to pieces (send) or arrived (receive)
   std::size_t expect = 0;  // a receive that took a rendezvous message: the message's bytes
@@ -92,6 +93,7 @@ struct p2p_peer {
   std::deque<p2p_wire::frame> controls;           // cts, refuse, cancel, wait
   std::optional<p2p_item> out;                    // being written
   std::string broken;                             // why writing to it failed
+  bool failed_here = false;                       // this rank failed (p2p_fail): its socket is not ours
   p2p_inbound in;
   std::uint64_t next_seq = 0;
   std::uint64_t sent = 0, read = 0;  // message frames (eager, rts) written to it, read from it
@@ -110,6 +112,7 @@ struct p2p_engine {
   /// The wait this rank told a peer of (`wait` frames): its operation and the frame sent.
   std::weak_ptr<p2p_op> published;
   int published_to = -1;
+  std::string failed;  // why this rank failed (p2p_fail): what is pending fails with it
   p2p_wire::frame told{};
 };
 
@@ -131,9 +134,12 @@ inline std::string here(const toolkit::group_map& g, const p2p_op& e) {
   return toolkit::where(op_header(e), "p2p") + " on " + g.name(g.rank());
 }
 
-[[noreturn]] inline void corrupt(p2p_ctx& c, int peer, const char* what) {
-  throw error(errc::aborted, "tcp: corrupt point-to-point stream from " + c.g.name(peer) + " (" + what + ")");
-}
+/// A frame from a peer that breaks the protocol: that peer's stream ends there (`read_from`), and
+/// only what is pending with that peer fails.
+struct corrupt_stream {
+  const char* what;
+};
+[[noreturn]] inline void corrupt(const char* what) { throw corrupt_stream{what}; }
 
 inline bool takes(const p2p_op& r, const p2p_arrived& m) {
   return (r.peer == any_source || r.peer == m.src) && (r.tag == any_tag || r.tag == m.tag);
@@ -143,6 +149,14 @@ inline std::size_t pending_count(const p2p_engine& eng) {
   std::size_t n = eng.receives.size() + eng.announced.size() + eng.filling.size();
   for (const auto& p : eng.peers) n += p.sends.size() + p.streaming.size() + (p.out && p.out->op ? 1 : 0);
   return n;
+}
+
+/// Frames this rank still owes a peer that no pending operation accounts for: answers, notices,
+/// and the rest of a given-up send's frame.
+inline bool owes(const p2p_engine& eng) {
+  return std::any_of(eng.peers.begin(), eng.peers.end(), [](const p2p_peer& p) {
+    return p.broken.empty() && !p.failed_here && (p.out || !p.controls.empty());
+  });
 }
 
 inline p2p_wire::frame control(std::uint32_t kind, std::uint64_t seq, dtype type, std::uint64_t room) {
@@ -219,6 +233,10 @@ inline p2p_arrived arrival(int peer, const p2p_wire::frame& f) {
 inline void payload_done(p2p_ctx& c, int peer) {
   p2p_inbound& in = c.at(peer).in;
   in.in_payload = false;
+  // An eager message counts as read (`wait` frames) once a receive can take it: a count that
+  // took it in at its header would tell the sender "all read" while a receive posted meanwhile
+  // still waits for it.
+  if (in.f.kind == p2p_wire::eager) ++c.at(peer).read;
   if (in.failure_text) {
     in.failure_text = false;
     return;
@@ -247,7 +265,7 @@ inline void payload_done(p2p_ctx& c, int peer) {
 inline void on_frame(p2p_ctx& c, int peer, const p2p_wire::frame& f) {
   p2p_peer& p = c.at(peer);
   p2p_inbound& in = p.in;
-  if (f.magic != p2p_wire::magic) corrupt(c, peer, "a frame of another kind");
+  if (f.magic != p2p_wire::magic) corrupt("a frame of another kind");
   in.f = f;
   in.dst = nullptr;
   in.need = f.payload();
@@ -255,8 +273,7 @@ inline void on_frame(p2p_ctx& c, int peer, const p2p_wire::frame& f) {
   in.target.reset();
   switch (f.kind) {
     case p2p_wire::eager: {
-      if (f.bytes > p2p_eager_bytes) corrupt(c, peer, "an eager message too long");
-      ++p.read;
+      if (f.bytes > p2p_eager_bytes) corrupt("an eager message too long");
       p2p_arrived m = arrival(peer, f);
       if (const auto r = posted_for(c, m)) {
         if (take(c, *r, m, false)) {
@@ -318,24 +335,24 @@ inline void on_frame(p2p_ctx& c, int peer, const p2p_wire::frame& f) {
       break;
     }
     case p2p_wire::data: {
-      if (f.bytes > p2p_piece_bytes) corrupt(c, peer, "a piece too long");
+      if (f.bytes > p2p_piece_bytes) corrupt("a piece too long");
       const auto it = c.eng.filling.find({peer, f.seq});
       if (it == c.eng.filling.end()) break;  // a receive given up meanwhile: dropped
       p2p_op& r = *it->second;
-      if (f.offset > r.expect || f.bytes > r.expect - f.offset) corrupt(c, peer, "a piece beyond its message");
+      if (f.offset > r.expect || f.bytes > r.expect - f.offset) corrupt("a piece beyond its message");
       in.target = it->second;
       in.dst = r.data + f.offset;
       break;
     }
     case p2p_wire::wait: p.theirs = f; break;
     case p2p_wire::failure: {
-      if (f.bytes > toolkit::max_notice_text) corrupt(c, peer, "a notice too long");
+      if (f.bytes > toolkit::max_notice_text) corrupt("a notice too long");
       in.notice.assign(static_cast<std::size_t>(f.bytes), '\0');
       in.dst = reinterpret_cast<std::byte*>(in.notice.data());
       in.failure_text = true;
       break;
     }
-    default: corrupt(c, peer, "a frame of no known kind");
+    default: corrupt("a frame of no known kind");
   }
   in.in_payload = true;
   if (in.need == 0) payload_done(c, peer);
@@ -344,7 +361,7 @@ inline void on_frame(p2p_ctx& c, int peer, const p2p_wire::frame& f) {
 /// Reads what `peer` has sent, frame by frame. True if bytes moved.
 inline bool read_from(p2p_ctx& c, int peer) {
   p2p_inbound& in = c.at(peer).in;
-  if (!in.closed.empty()) return false;
+  if (!in.closed.empty() || c.at(peer).failed_here) return false;
   if (in.buf.empty()) in.buf.resize(p2p_inbound::staging_bytes);
   const int fd = c.l(peer).fd();
   bool moved = false;
@@ -384,7 +401,12 @@ inline bool read_from(p2p_ctx& c, int peer) {
       p2p_wire::frame f;
       std::memcpy(&f, in.buf.data() + in.lo, sizeof f);
       in.lo += sizeof f;
-      on_frame(c, peer, f);
+      try {
+        on_frame(c, peer, f);
+      } catch (const corrupt_stream& bad) {
+        in.closed = std::string("sent a corrupt point-to-point stream (") + bad.what + ")";
+        return true;
+      }
       moved = true;
       continue;
     } else if (in.lo > 0) {
@@ -468,7 +490,7 @@ inline bool next_item(p2p_ctx& c, int peer) {
 /// Writes what this rank owes `peer` as far as its socket takes it. True if bytes moved.
 inline bool write_to(p2p_ctx& c, int peer) {
   p2p_peer& p = c.at(peer);
-  if (!p.broken.empty()) return false;
+  if (!p.broken.empty() || p.failed_here) return false;
   bool moved = false;
   for (;;) {
     if (!p.out && !next_item(c, peer)) return moved;
@@ -502,7 +524,7 @@ inline bool write_to(p2p_ctx& c, int peer) {
 inline p2p_wire::frame wait_word(p2p_ctx& c, const std::shared_ptr<p2p_op>& e) {
   p2p_wire::frame f;
   f.kind = p2p_wire::wait;
-  if (!e || e->state.done.load(std::memory_order_acquire) || !e->state.awaited || e->peer == any_source ||
+  if (!e || e->state.done.load(std::memory_order_acquire) || !e->blocked || e->peer == any_source ||
       pending_count(c.eng) != 1)
     return f;
   const bool waiting =
@@ -570,6 +592,7 @@ inline void check_cycle(p2p_ctx& c, const p2p_op& e) {
 /// raises it, or null while the operation may still complete.
 inline std::exception_ptr lost(p2p_ctx& c, const p2p_op& e) {
   try {
+    if (!c.eng.failed.empty()) throw error(errc::aborted, here(c.g, e) + ": this rank failed earlier: " + c.eng.failed);
     const auto check = [&](int peer) {
       const p2p_peer& p = c.at(peer);
       const std::string& why = !p.in.closed.empty() ? p.in.closed : p.broken;
@@ -676,6 +699,7 @@ TUTTI_DECL std::shared_ptr<operation_state> p2p_post_op(const std::shared_ptr<co
       why = lost(c, *e);
       if (!why) {
         try {
+          e->blocked = st.awaited;
           tell_wait(c, e->shared_from_this());
           check_cycle(c, *e);
         } catch (...) {
@@ -731,7 +755,7 @@ TUTTI_DECL bool p2p_drive(connections& conn) noexcept {
   p2p_engine& eng = *conn.p2p;
   std::unique_lock lk(eng.mu, std::try_to_lock);
   if (!lk.owns_lock()) return true;
-  if (p2p_steps::pending_count(eng) == 0) return false;
+  if (p2p_steps::pending_count(eng) == 0 && !p2p_steps::owes(eng)) return false;
   p2p_steps::p2p_ctx c{conn, eng, eng.g};
   try {
     p2p_steps::progress(c);
@@ -767,8 +791,19 @@ TUTTI_DECL std::vector<std::string> p2p_pending(connections& conn) {
 TUTTI_DECL void p2p_fail(connections& conn, std::string_view why) noexcept {
   if (!conn.p2p) return;
   p2p_engine& eng = *conn.p2p;
-  std::unique_lock lk(eng.mu, std::try_to_lock);
-  if (!lk.owns_lock()) return;
+  // Blocking: the engine holds its lock only for non-blocking reads and writes. Afterwards it
+  // touches the sockets no more (tcp::fail closes them) and fails what is pending as this
+  // rank's failure.
+  std::unique_lock<std::mutex> lk;
+  try {
+    lk = std::unique_lock(eng.mu);
+  } catch (...) {
+    return;
+  }
+  try {
+    if (eng.failed.empty()) eng.failed = why.empty() ? std::string("failed") : std::string(why);
+  } catch (...) {
+  }
   p2p_wire::frame f;
   f.kind = p2p_wire::failure;
   f.bytes = why.size();
@@ -782,6 +817,9 @@ TUTTI_DECL void p2p_fail(connections& conn, std::string_view why) noexcept {
     msg.msg_iovlen = 2;
     const int fd = conn.peers[static_cast<std::size_t>(eng.g.world(r))][static_cast<std::size_t>(conn.opt.streams)]->fd();
     (void)::sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
+  for (p2p_peer& p : eng.peers) {
+    p.failed_here = true;
   }
 }
 
