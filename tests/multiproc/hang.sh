@@ -10,14 +10,15 @@ tuttirun=$1 prog=$2
 shift 2
 pass=0 fail=0
 check() { if eval "$2"; then pass=$((pass + 1)); echo "PASS $1"; else fail=$((fail + 1)); echo "FAIL $1"; fi; }
-# `tuttirun --dump[=DIR]` ($1: --dump or --dump=DIR) until it names a cause (at most 20 s), then
-# checks that the cause is rank 2, which never entered all_reduce #3 ($2: the checks' prefix).
+# `tuttirun --dump[=DIR]` ($1: --dump or --dump=DIR) until it names a cause in all_reduce #3 (at
+# most 20 s: a dump taken while the ranks still start, or pass #1 and #2, names a passing one),
+# then checks that the cause is rank 2, which never entered all_reduce #3 ($2: the checks' prefix).
 dump_names_rank_2() {
   out=""
   for _ in $(seq 1 100); do
     sleep 0.2
     out=$("$tuttirun" "$1" 2>&1)
-    grep -q '^cause' <<<"$out" && break
+    grep -q '^cause.* #3' <<<"$out" && break
   done
   echo "--- $2"; echo "$out"
   check "$2: rank 2 never entered all_reduce #3" "grep -q 'never entered it: rank 2\( \[stopped\]\)\?: last finished barrier' <<<\"\$out\""
