@@ -127,6 +127,20 @@ concept matched_p2p = transport<T> && requires(T& t, const T& ct, const p2p_post
   { ct.pending_p2p() } -> std::same_as<std::vector<std::string>>;
 };
 
+/// A `matched_p2p` transport's fast path for the blocking calls, tried before a request is
+/// posted: `try_send_now(p)` sends a message that can go at once (no send to that peer queued
+/// before it, room in the transport's buffers) and returns true; `try_recv_now(p, got)` takes a
+/// message that has arrived, or arrives within a short spin (a few microseconds), straight into
+/// the buffer when it fits, sets `got` and returns true. Both return false where the posted path
+/// must run (it then finds what they left: nothing is lost or reordered), and neither waits
+/// past its spin, so the blocking call's deadline, abort and peers' failures are the posted
+/// path's.
+template <class T>
+concept p2p_fast_path = matched_p2p<T> && requires(T& t, const p2p_post& p, recv_status& got) {
+  { t.try_send_now(p) } -> std::same_as<bool>;
+  { t.try_recv_now(p, got) } -> std::same_as<bool>;
+};
+
 /// The peer's bytes handed to a consumer in place (a pointer into the sender's memory or a shared
 /// segment), in pieces that start at multiples of 64 bytes, so a reduction reads them without a
 /// staging copy.

@@ -1,9 +1,10 @@
 /// \file
 /// Point-to-point matched by source and tag over shm (`matched_p2p`), apart from the
 /// collectives: a byte ring of its own per ordered pair of ranks in the segment (layout.hpp)
-/// carries frames of 64 bytes, each followed by its payload:
+/// carries frames of 64 bytes, each followed by its payload and found by the reader through its
+/// stamp (toolkit/p2p.hpp), so that a short message is one cache line moved between the ranks:
 /// - `eager`: a message of at most `p2p_eager_bytes`, whole; the send completes once it is in
-///   the ring;
+///   the ring (`short_eager`: one of at most 16 bytes, inside its frame);
 /// - `rts` (ready to send): a larger message's envelope, numbered by its sender (`cancel` with
 ///   its number withdraws it, or fails the receive that took it, when the sender gives up); the
 ///   receive that takes it answers
@@ -100,7 +101,8 @@ struct p2p_control {
 /// One process's point-to-point state on one segment (see the file comment).
 struct p2p_engine {
   explicit p2p_engine(toolkit::group_map group)
-      : g(std::move(group)), sends(n()), streaming(n()), controls(n()), head(n()), tail(n()), next_seq(n()) {}
+      : g(std::move(group)), sends(n()), streaming(n()), controls(n()), head(n()), tail(n()), seen_tail(n()),
+        next_seq(n()) {}
   std::size_t n() const { return static_cast<std::size_t>(g.size()); }
   const toolkit::group_map g;  // the transport's
   std::mutex mu;
@@ -112,6 +114,7 @@ struct p2p_engine {
   std::deque<p2p_arrived> arrived;                             // arrived, not matched
   std::map<std::pair<int, std::uint64_t>, std::shared_ptr<p2p_op>> filling;  // (sender, seq): matched, data coming
   std::vector<std::uint64_t> head, tail;  // per peer (world rank): bytes written to it, read from it
+  std::vector<std::uint64_t> seen_tail;   // per peer: its tail of the ring to it, as last read
   std::vector<std::uint64_t> next_seq;    // per peer: the next rendezvous number
   /// The operation this rank publishes it is blocked in (`control::p2p_wait`), for the peers'
   /// wait-cycle check: a wait (not a test) on the only pending operation, to a given peer.
@@ -126,6 +129,17 @@ struct p2p_engine {
 TUTTI_DECL std::shared_ptr<operation_state> p2p_post_op(const std::shared_ptr<segment>& seg,
                                                         const std::shared_ptr<p2p_engine>& eng, const p2p_post& p,
                                                         bool send);
+
+/// The blocking calls' fast path (`shm::try_send_now`, `try_recv_now`; the contract is
+/// `p2p_fast_path`'s): an eager message to a peer with no send queued before it is written
+/// into the ring, no operation made; a receive takes an eager message that fits, arrived or
+/// arriving within `p2p_fast_spins` looks at the rings, straight into its buffer. False: the
+/// posted path must run.
+TUTTI_DECL bool p2p_send_now(segment& seg, p2p_engine& eng, const p2p_post& p);
+TUTTI_DECL bool p2p_recv_now(segment& seg, p2p_engine& eng, const p2p_post& p, recv_status& got);
+/// How many looks at its rings a blocking receive's fast path takes before it posts (with a
+/// pause between them: some microseconds, well within a ping-pong's round trip).
+inline constexpr int p2p_fast_spins = 1024;
 
 /// Moves this process's pending point-to-point from a wait for something else (a collective's,
 /// before it sleeps), so that a rendezvous send posted before a collective goes on while the

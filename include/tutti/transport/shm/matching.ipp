@@ -3,10 +3,12 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <exception>
 
 #include "tutti/core/error.hpp"
+#include "tutti/detail/futex.hpp"
 #include "tutti/transport/shm/matching.hpp"
 #include "tutti/transport/toolkit/errors.hpp"
 #include "tutti/transport/toolkit/p2p.hpp"
@@ -18,11 +20,21 @@ namespace p2p_wire = toolkit::p2p_wire;
 /// The steps `p2p_post_op` and the polls take.
 namespace p2p_steps {
 
+/// A blocking receive on the fast path (`p2p_recv_now`): posted after every receive in the
+/// engine, it takes an arriving message none of them takes; it declines (and the posted path
+/// then runs) the first such message that is not an eager one that fits its buffer.
+struct p2p_fast_recv {
+  const p2p_post& p;
+  recv_status got{};
+  bool taken = false, declined = false;
+};
+
 /// What the functions below work on: one process's engine, its segment, its group.
 struct p2p_ctx {
   segment& seg;
   p2p_engine& eng;
   const toolkit::group_map& g;
+  p2p_fast_recv* fast = nullptr;  // a blocking receive on the fast path, while it looks
   std::size_t at(int peer) const { return static_cast<std::size_t>(g.world(peer)); }
 };
 
@@ -54,24 +66,64 @@ inline bool takes(const p2p_op& r, const p2p_arrived& m) {
   return (r.peer == any_source || r.peer == m.src) && (r.tag == any_tag || r.tag == m.tag);
 }
 
-/// Writes frame `f` and `n` bytes of payload into the ring to `peer` if both fit.
+/// The stamp word of the 64-byte line at `line` of a ring (where a frame's `stamp` lies).
+inline std::atomic_ref<std::uint64_t> stamp_at(std::byte* line) {
+  return std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(line + p2p_wire::stamp_at));
+}
+
+/// Writes frame `f` and `n` bytes of payload into the ring to `peer` if both fit: the frame's
+/// stamp last, so that the reader, which looks for the stamp where its next frame goes, finds
+/// them whole (one cache line to watch, no counter beside it); then the head, for the looks
+/// that ask whether a ring is empty. Before the stamp, the stamp word where the next frame
+/// will go is cleared: what lies there from the ring's previous round (a message's bytes) can
+/// never pass for a frame. The receiver's tail is read again only when the room the last one
+/// left is short (it is the receiver's line: reading it at each send moves it).
 inline bool put(p2p_ctx& c, int peer, const p2p_wire::frame& f, const std::byte* payload, std::size_t n) {
   const int me = c.seg.world_rank, to = c.g.world(peer);
   auto& ends = c.seg.p2p_ends(me, to);
   std::uint64_t& head = c.eng.head[c.at(peer)];
+  std::uint64_t& seen_tail = c.eng.seen_tail[c.at(peer)];
   const std::size_t need = sizeof f + pad(n);
-  if (p2p_ring_bytes - static_cast<std::size_t>(head - ends.tail.load(std::memory_order_acquire)) < need) return false;
+  const auto short_of_room = [&] { return p2p_ring_bytes - static_cast<std::size_t>(head - seen_tail) < need + 64; };
+  if (short_of_room()) {
+    seen_tail = ends.tail.load(std::memory_order_acquire);
+    if (short_of_room()) return false;
+  }
   std::byte* ring = c.seg.p2p_data(me, to);
-  std::memcpy(ring + head % p2p_ring_bytes, &f, sizeof f);  // frames never wrap: 64 divides the ring
+  std::byte* slot = ring + head % p2p_ring_bytes;  // frames never wrap: 64 divides the ring
+  stamp_at(ring + (head + need) % p2p_ring_bytes).store(0, std::memory_order_relaxed);
+  std::memcpy(slot, &f, p2p_wire::stamp_at);
   if (n && payload) {
     const std::size_t pos = static_cast<std::size_t>((head + sizeof f) % p2p_ring_bytes);
     const std::size_t first = std::min(n, p2p_ring_bytes - pos);
     std::memcpy(ring + pos, payload, first);
     if (n > first) std::memcpy(ring, payload + first, n - first);
   }
+  stamp_at(slot).store(head + 1, std::memory_order_release);
   head += need;
   ends.head.store(head, std::memory_order_release);
   return true;
+}
+
+/// Writes an eager message to `peer` (`f`: its frame, kind aside): within the frame when it is
+/// short (one cache line in all), else after it.
+inline bool put_eager(p2p_ctx& c, int peer, p2p_wire::frame f, const std::byte* data, std::size_t n) {
+  if (n <= p2p_wire::short_bytes) {
+    f.kind = p2p_wire::short_eager;
+    if (n) std::memcpy(reinterpret_cast<std::byte*>(&f) + p2p_wire::short_at, data, n);
+    return put(c, peer, f, nullptr, 0);
+  }
+  f.kind = p2p_wire::eager;
+  return put(c, peer, f, data, n);
+}
+
+/// Whether the ring from world rank `from` to this rank holds a frame not yet read (no lock:
+/// the reader's own tail, and the stamp at it).
+inline bool p2p_written(const segment& seg, int from) {
+  const auto& ends = seg.p2p_ends(from, seg.world_rank);
+  const std::uint64_t tail = ends.tail.load(std::memory_order_relaxed);
+  return stamp_at(seg.p2p_data(from, seg.world_rank) + tail % p2p_ring_bytes).load(std::memory_order_acquire) ==
+         tail + 1;
 }
 
 /// Receive `r` takes message `m`: a mismatch fails it (and, for a rendezvous, its send);
@@ -115,6 +167,16 @@ inline void arrive(p2p_ctx& c, int peer, const p2p_wire::frame& f, const p2p_byt
     if (m.rendezvous && !r->state.done.load(std::memory_order_acquire)) c.eng.filling[{peer, m.seq}] = r;
     return;
   }
+  if (p2p_fast_recv* f = c.fast; f && !f->taken && !f->declined && (f->p.peer == any_source || f->p.peer == peer) &&
+                                 (f->p.tag == any_tag || f->p.tag == m.tag)) {
+    if (!m.rendezvous && m.type.id == f->p.type.id && m.type.size == f->p.type.size && m.count <= f->p.count) {
+      payload.copy_to(f->p.data, static_cast<std::size_t>(m.bytes));
+      f->got = recv_status{peer, m.tag, static_cast<std::size_t>(m.count)};
+      f->taken = true;
+      return;
+    }
+    f->declined = true;  // the earliest message it matches: the posted receive takes it from `arrived`
+  }
   if (!m.rendezvous) {
     m.payload.resize(static_cast<std::size_t>(m.bytes));
     payload.copy_to(m.payload.data(), m.payload.size());
@@ -153,24 +215,29 @@ inline void refresh_published(p2p_ctx& c) {
   unpublish(c);
 }
 
-/// Reads every frame `peer` has written to this rank.
+/// Reads every frame `peer` has written to this rank: each found by its stamp where the
+/// previous one ended (`put`).
 inline void read_from(p2p_ctx& c, int peer) {
   const int from = c.g.world(peer), me = c.seg.world_rank;
   auto& ends = c.seg.p2p_ends(from, me);
   std::uint64_t& tail = c.eng.tail[c.at(peer)];
-  const std::uint64_t head = ends.head.load(std::memory_order_acquire);
-  if (head == tail) return;
-  const std::byte* ring = c.seg.p2p_data(from, me);
-  while (tail < head) {
+  const std::uint64_t start = tail;
+  std::byte* ring = c.seg.p2p_data(from, me);
+  for (;;) {
+    std::byte* slot = ring + tail % p2p_ring_bytes;
+    if (stamp_at(slot).load(std::memory_order_acquire) != tail + 1) break;
     p2p_wire::frame f;
-    std::memcpy(&f, ring + tail % p2p_ring_bytes, sizeof f);
+    std::memcpy(&f, slot, sizeof f);
     if (f.magic != p2p_wire::magic)
       throw error(errc::aborted, "shm: corrupt point-to-point stream from " + c.g.name(peer));
-    if (f.payload() > p2p_piece_bytes || f.payload() > head - tail - sizeof f)
+    if (f.payload() > p2p_piece_bytes || (f.kind == p2p_wire::short_eager && f.bytes > p2p_wire::short_bytes))
       throw error(errc::aborted, "shm: corrupt point-to-point stream from " + c.g.name(peer) + " (a frame too long)");
-    const p2p_bytes payload{ring, tail + sizeof f, nullptr};
+    const p2p_bytes payload = f.kind == p2p_wire::short_eager
+                                  ? p2p_bytes{nullptr, 0, reinterpret_cast<const std::byte*>(&f) + p2p_wire::short_at}
+                                  : p2p_bytes{ring, tail + sizeof f, nullptr};
     switch (f.kind) {
       case p2p_wire::eager:
+      case p2p_wire::short_eager:
       case p2p_wire::rts: arrive(c, peer, f, payload); break;
       case p2p_wire::cts:
       case p2p_wire::refuse: {
@@ -227,6 +294,7 @@ inline void read_from(p2p_ctx& c, int peer) {
     }
     tail += sizeof f + pad(f.payload());
   }
+  if (tail == start) return;
   // What this rank published it waits for may be what it just read: withdrawn before the peer
   // can see the ring empty, so that no look finds a stale wait beside quiet rings.
   if (c.eng.is_published) unpublish(c);
@@ -282,7 +350,7 @@ inline void write_to(p2p_ctx& c, int peer) {
     const std::shared_ptr<p2p_op> s = sends.front();
     if (!s->state.done.load(std::memory_order_acquire)) {  // (done: given up)
       if (s->bytes <= p2p_eager_bytes) {
-        if (!put(c, peer, message_frame(*s, p2p_wire::eager), s->data, s->bytes)) return;
+        if (!put_eager(c, peer, message_frame(*s, p2p_wire::eager), s->data, s->bytes)) return;
         complete(s->state, nullptr);
       } else {
         s->seq = c.eng.next_seq[c.at(peer)];
@@ -517,6 +585,60 @@ TUTTI_DECL std::shared_ptr<operation_state> p2p_post_op(const std::shared_ptr<se
     if (r != g.rank()) write_to(c, r);
   refresh_published(c);
   return std::shared_ptr<operation_state>(op, &op->state);
+}
+
+TUTTI_DECL bool p2p_send_now(segment& seg, p2p_engine& eng, const p2p_post& p) {
+  using namespace p2p_steps;
+  if (p.bytes > p2p_eager_bytes) return false;
+  const toolkit::group_map& g = eng.g;
+  const int to = g.world(p.peer);
+  // A failed peer: the posted path raises its failure.
+  if (seg.ctl(to).state.load(std::memory_order_acquire) == static_cast<std::uint32_t>(rank_state::failed)) return false;
+  std::lock_guard lk(eng.mu);
+  if (!eng.sends[static_cast<std::size_t>(to)].empty()) return false;  // sends to one peer go in posting order
+  p2p_ctx c{seg, eng, g};
+  p2p_wire::frame f;
+  f.tag = p.tag;
+  f.type_id = p.type.id;
+  f.type_size = p.type.size;
+  f.count = p.count;
+  f.bytes = p.bytes;
+  return put_eager(c, p.peer, f, p.data, p.bytes);
+}
+
+TUTTI_DECL bool p2p_recv_now(segment& seg, p2p_engine& eng, const p2p_post& p, recv_status& got) {
+  using namespace p2p_steps;
+  const toolkit::group_map& g = eng.g;
+  p2p_fast_recv fast{p};
+  // Looks (under the lock) at what has arrived, then reads the rings with `fast` waiting in
+  // them: true once it has its message, or when it declined one (the posted path's then).
+  const auto look = [&] {
+    std::lock_guard lk(eng.mu);
+    p2p_ctx c{seg, eng, g, &fast};
+    for (const p2p_arrived& m : eng.arrived)
+      if ((p.peer == any_source || p.peer == m.src) && (p.tag == any_tag || p.tag == m.tag)) return true;
+    if (p.peer != any_source) {
+      read_from(c, p.peer);
+    } else {
+      for (int r = 0; r < g.size(); ++r)
+        if (r != g.rank()) read_from(c, r);
+    }
+    return fast.taken || fast.declined;
+  };
+  const auto any_written = [&] {  // a ring this receive reads holds something unread
+    if (p.peer != any_source) return p2p_written(seg, g.world(p.peer));
+    for (int r = 0; r < g.size(); ++r)
+      if (r != g.rank() && p2p_written(seg, g.world(r))) return true;
+    return false;
+  };
+  bool ended = look();
+  for (int i = 0; !ended && i < p2p_fast_spins; ++i) {
+    if (any_written()) ended = look();
+    else detail::cpu_relax();
+  }
+  if (!fast.taken) return false;
+  got = fast.got;
+  return true;
 }
 
 TUTTI_DECL void p2p_drive(segment& seg, p2p_engine& eng) noexcept {

@@ -108,6 +108,9 @@ class shm {
     return detail::shm_impl::p2p_post_op(seg_, p2p_, p, false);
   }
   std::vector<std::string> pending_p2p() const { return detail::shm_impl::p2p_pending(*p2p_); }
+  /// The blocking calls' fast path (`p2p_fast_path`): eager messages straight through the rings.
+  bool try_send_now(const p2p_post& p) { return detail::shm_impl::p2p_send_now(*seg_, *p2p_, p); }
+  bool try_recv_now(const p2p_post& p, recv_status& got) { return detail::shm_impl::p2p_recv_now(*seg_, *p2p_, p, got); }
 
   // ---- windows and phases (the shared_window capability) ---------------------------------
 

@@ -23,9 +23,11 @@ namespace tutti::toolkit {
 namespace p2p_wire {
 
 /// `cancel`: the sender gave a rendezvous message up; `withdrawn`: the receiver gave up one it
-/// had cleared (`cts`), so the sender stops writing it and fails.
+/// had cleared (`cts`), so the sender stops writing it and fails; `short_eager` (shm only): an
+/// eager message of at most `short_bytes`, carried in the frame itself (from `seq` on).
 enum kind : std::uint32_t {
-  eager = 1, rts = 2, cts = 3, data = 4, refuse = 5, cancel = 6, wait = 7, failure = 8, withdrawn = 9
+  eager = 1, rts = 2, cts = 3, data = 4, refuse = 5, cancel = 6, wait = 7, failure = 8, withdrawn = 9,
+  short_eager = 10
 };
 inline constexpr std::uint32_t magic = 0x32703270;  // "p2p2"
 
@@ -38,12 +40,18 @@ struct frame {
   std::uint64_t seq = 0;     // rts, cts, data, refuse, cancel, withdrawn: the sender's number of the message; wait: the
                              // messages (eager, rts) read from the rank waited for
   std::uint64_t offset = 0;  // data: where the piece goes in the message
-  std::uint64_t reserved = 0;
+  /// shm: the frame's place in its ring's stream plus one, stored last (release): a reader that
+  /// finds it where it expects its next frame has the frame and its payload whole.
+  std::uint64_t stamp = 0;
   std::size_t payload() const {
     return kind == eager || kind == data || kind == failure ? static_cast<std::size_t>(bytes) : 0;
   }
 };
 static_assert(sizeof(frame) == 64);
+/// The most bytes a `short_eager` frame carries (in `seq` and `offset`).
+inline constexpr std::size_t short_bytes = 16;
+inline constexpr std::size_t short_at = offsetof(frame, seq);
+inline constexpr std::size_t stamp_at = offsetof(frame, stamp);
 
 }  // namespace p2p_wire
 
