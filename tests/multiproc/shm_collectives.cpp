@@ -133,6 +133,38 @@ TEST_CASE("over shm: a message's bytes never pass for a frame when its ring come
   comm.barrier();
 }
 
+// A blocking receive's fast path reads the ring, and what it reads may owe the sender an answer:
+// here a posted receive takes a rendezvous envelope it does not fit, so a `refuse` is due, and
+// the blocking receive then takes the short message behind it. The answer must go before the
+// receive returns: nothing else on rank 0 moves point-to-point afterwards (its barrier has
+// nothing pending), and rank 1's send must fail with the mismatch, not time out.
+TEST_CASE("over shm: a blocking receive's fast path sends the answers its reading owes") {
+  auto& comm = world();
+  auto pair = comm.new_group({0, 1});
+  if (!pair) return comm.barrier();
+  auto& g = *pair;
+  g.set_timeout(std::chrono::seconds(10));
+  std::vector<float> room(10);
+  std::vector<int> big(100000, 7);
+  std::uint64_t x = 0;
+  if (g.rank() == 0) {
+    auto r = g.irecv(view(room), 1, 1);
+    g.barrier();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // both messages in the ring
+    CHECK(g.recv(view(&x, 1), 1, 2).count == 1);
+    CHECK(x == 42);
+    CHECK_THROWS_AS(r.wait(), mismatch_error);
+  } else {
+    g.barrier();
+    auto s = g.isend(view(big), 0, 1);
+    x = 42;
+    g.send(view(&x, 1), 0, 2);
+    CHECK_THROWS_AS(s.wait(), mismatch_error);
+  }
+  g.barrier();
+  comm.barrier();
+}
+
 TEST_CASE("over shm: a rendezvous send given up is not received") { check_given_up_rendezvous(world()); }
 
 TEST_CASE("over shm: a receive given up after it cleared a message fails its send") {

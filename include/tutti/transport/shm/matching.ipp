@@ -623,6 +623,11 @@ TUTTI_DECL bool p2p_recv_now(segment& seg, p2p_engine& eng, const p2p_post& p, r
       for (int r = 0; r < g.size(); ++r)
         if (r != g.rank()) read_from(c, r);
     }
+    // What the reading owes the peers goes now, as a post's would (a `cts` or `refuse` for an
+    // envelope a posted receive took, the pieces of a message just cleared): after this call
+    // nothing may look at the rings for a long while.
+    for (int r = 0; r < g.size(); ++r)
+      if (r != g.rank() && (!eng.controls[c.at(r)].empty() || !eng.streaming[c.at(r)].empty())) write_to(c, r);
     return fast.taken || fast.declined;
   };
   const auto any_written = [&] {  // a ring this receive reads holds something unread
