@@ -65,6 +65,9 @@ inline std::string p2p_here(const toolkit::group_map& g, const p2p_op& e) {
 inline bool takes(const p2p_op& r, const p2p_arrived& m) {
   return (r.peer == any_source || r.peer == m.src) && (r.tag == any_tag || r.tag == m.tag);
 }
+inline bool takes(const p2p_post& r, const p2p_arrived& m) {
+  return (r.peer == any_source || r.peer == m.src) && (r.tag == any_tag || r.tag == m.tag);
+}
 
 /// The stamp word of the 64-byte line at `line` of a ring (where a frame's `stamp` lies).
 inline std::atomic_ref<std::uint64_t> stamp_at(std::byte* line) {
@@ -167,8 +170,7 @@ inline void arrive(p2p_ctx& c, int peer, const p2p_wire::frame& f, const p2p_byt
     if (m.rendezvous && !r->state.done.load(std::memory_order_acquire)) c.eng.filling[{peer, m.seq}] = r;
     return;
   }
-  if (p2p_fast_recv* f = c.fast; f && !f->taken && !f->declined && (f->p.peer == any_source || f->p.peer == peer) &&
-                                 (f->p.tag == any_tag || f->p.tag == m.tag)) {
+  if (p2p_fast_recv* f = c.fast; f && !f->taken && !f->declined && takes(f->p, m)) {
     if (!m.rendezvous && m.type.id == f->p.type.id && m.type.size == f->p.type.size && m.count <= f->p.count) {
       payload.copy_to(f->p.data, static_cast<std::size_t>(m.bytes));
       f->got = recv_status{peer, m.tag, static_cast<std::size_t>(m.count)};
@@ -616,7 +618,7 @@ TUTTI_DECL bool p2p_recv_now(segment& seg, p2p_engine& eng, const p2p_post& p, r
     std::lock_guard lk(eng.mu);
     p2p_ctx c{seg, eng, g, &fast};
     for (const p2p_arrived& m : eng.arrived)
-      if ((p.peer == any_source || p.peer == m.src) && (p.tag == any_tag || p.tag == m.tag)) return true;
+      if (takes(p, m)) return true;
     if (p.peer != any_source) {
       read_from(c, p.peer);
     } else {
