@@ -2,8 +2,14 @@
 // flavours run the same body (support/observe_checks.hpp) in tests/multiproc.
 #include <doctest/doctest.h>
 
+#include <time.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../support/observe_checks.hpp"
@@ -50,3 +56,45 @@ TEST_CASE("observe: on_error gets the failure and a throwing hook is ignored and
   }
 }
 
+
+TEST_SUITE_END();
+
+TEST_SUITE_BEGIN("unit");
+
+// The recorder's clock (`detail::realtime_ns`) reads CLOCK_REALTIME through the time-stamp
+// counter once it has measured its rate: each reading lies between two readings of
+// CLOCK_REALTIME taken around it, give or take the conversion's error (well under a
+// millisecond), from the process's first reading, through the first measurement at 10 ms and
+// the renewals every 100 ms, in several threads at once.
+TEST_CASE("observe: the recorder's clock reads CLOCK_REALTIME through its calibration and renewals") {
+  const auto real = [] {
+    timespec ts{};
+    ::clock_gettime(CLOCK_REALTIME, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+  };
+  constexpr std::int64_t slack = 1'000'000;
+  std::vector<std::thread> threads;
+  std::atomic<int> outside{0};
+  std::atomic<std::int64_t> worst{0};
+  for (int t = 0; t < 2; ++t)
+    threads.emplace_back([&] {
+      const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(350);
+      std::int64_t last = 0;
+      while (std::chrono::steady_clock::now() < end) {
+        for (int i = 0; i < 1000; ++i) {
+          const std::int64_t a = real(), b = detail::realtime_ns(), c = real();
+          const std::int64_t off = b < a ? a - b : b > c ? b - c : 0;
+          if (off > slack) outside.fetch_add(1);
+          if (off > worst.load()) worst.store(off);
+          if (b + slack < last) outside.fetch_add(1);  // (not back by more than the slack)
+          last = b;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    });
+  for (auto& t : threads) t.join();
+  INFO("largest distance from CLOCK_REALTIME: " << worst.load() << " ns");
+  CHECK(outside.load() == 0);
+}
+
+TEST_SUITE_END();
