@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "tutti/detail/attributes.hpp"
+#include "tutti/detail/futex.hpp"
 #include "tutti/detail/operation.hpp"
 #include "tutti/transport/capabilities.hpp"
 #include "tutti/transport/shm/rings.hpp"
@@ -105,7 +106,7 @@ struct p2p_engine {
         next_seq(n()) {}
   std::size_t n() const { return static_cast<std::size_t>(g.size()); }
   const toolkit::group_map g;  // the transport's
-  std::mutex mu;
+  detail::spin_mutex mu;  // short sections: the fast path takes it on every message
   std::vector<std::deque<std::shared_ptr<p2p_op>>> sends;      // per peer: not yet in the ring (or its rts not)
   std::map<std::pair<int, std::uint64_t>, std::shared_ptr<p2p_op>> announced;  // (peer, seq): rts written
   std::vector<std::deque<std::shared_ptr<p2p_op>>> streaming;  // per peer: cleared, pieces being written
