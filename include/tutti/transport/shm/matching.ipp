@@ -217,8 +217,8 @@ inline void refresh_published(p2p_ctx& c) {
   unpublish(c);
 }
 
-/// Reads every frame `peer` has written to this rank: each found by its stamp where the
-/// previous one ended (`put`).
+/// Reads every frame `peer` has written to this rank (a fast receive: up to its message), each
+/// found by its stamp where the previous one ended (`put`).
 inline void read_from(p2p_ctx& c, int peer) {
   const int from = c.g.world(peer), me = c.seg.world_rank;
   auto& ends = c.seg.p2p_ends(from, me);
@@ -295,6 +295,9 @@ inline void read_from(p2p_ctx& c, int peer) {
       default: throw error(errc::aborted, "shm: corrupt point-to-point stream from " + c.g.name(peer));
     }
     tail += sizeof f + pad(f.payload());
+    // A fast receive that has its message reads no further: the next frame's line is the
+    // writer's (it cleared the stamp there), and fetching it would delay the program's answer.
+    if (c.fast && c.fast->taken) break;
   }
   if (tail == start) return;
   // What this rank published it waits for may be what it just read: withdrawn before the peer
