@@ -132,10 +132,10 @@ inline bool p2p_written(const segment& seg, int from) {
 /// Receive `r` takes message `m`: a mismatch fails it (and, for a rendezvous, its send);
 /// otherwise an eager message is copied into its buffer, a rendezvous one cleared to come.
 inline void take(p2p_ctx& c, p2p_op& r, const p2p_arrived& m, const p2p_bytes& payload) {
-  const std::string wrong = toolkit::p2p_mismatch(m.src, c.g.rank(), m.tag, m.type, m.count, r.type, r.count);
-  if (!wrong.empty()) {
+  if (!toolkit::p2p_fits(m.type, m.count, r.type, r.count)) {
     if (m.rendezvous) c.eng.controls[c.at(m.src)].push_back({p2p_wire::refuse, m.seq, r.type, r.count});
-    complete(r.state, std::make_exception_ptr(mismatch_error(wrong)));
+    complete(r.state, std::make_exception_ptr(mismatch_error(
+                          toolkit::p2p_mismatch(m.src, c.g.rank(), m.tag, m.type, m.count, r.type, r.count))));
     return;
   }
   r.state.status = recv_status{m.src, m.tag, static_cast<std::size_t>(m.count)};
@@ -171,7 +171,7 @@ inline void arrive(p2p_ctx& c, int peer, const p2p_wire::frame& f, const p2p_byt
     return;
   }
   if (p2p_fast_recv* f = c.fast; f && !f->taken && !f->declined && takes(f->p, m)) {
-    if (!m.rendezvous && m.type.id == f->p.type.id && m.type.size == f->p.type.size && m.count <= f->p.count) {
+    if (!m.rendezvous && toolkit::p2p_fits(m.type, m.count, f->p.type, f->p.count)) {
       payload.copy_to(f->p.data, static_cast<std::size_t>(m.bytes));
       f->got = recv_status{peer, m.tag, static_cast<std::size_t>(m.count)};
       f->taken = true;

@@ -59,6 +59,12 @@ inline constexpr std::size_t stamp_at = offsetof(frame, stamp);
 /// printed for `any_tag`).
 header p2p_header(dtype type, std::size_t count, int tag, std::size_t bytes);
 
+/// Whether a message of `sent_count` elements of `sent` fits a receive of `room` elements of
+/// `buffer` (one dtype, no more elements): what `p2p_mismatch` explains when it does not.
+inline bool p2p_fits(dtype sent, std::uint64_t sent_count, dtype buffer, std::size_t room) {
+  return sent.id == buffer.id && sent.size == buffer.size && sent_count <= room;
+}
+
 /// What is wrong when rank `sender` sent `sent_count` elements of `sent` with `tag` into rank
 /// `receiver`'s buffer of `room` elements of `buffer` (group ranks): another dtype, or more
 /// elements than the buffer holds; empty when it fits (a shorter message is received).

@@ -22,8 +22,8 @@ TUTTI_COLD TUTTI_DECL header p2p_header(dtype type, std::size_t count, int tag, 
 
 TUTTI_COLD TUTTI_DECL std::string p2p_mismatch(int sender, int receiver, int tag, dtype sent, std::uint64_t sent_count,
                                                dtype buffer, std::size_t room) {
+  if (p2p_fits(sent, sent_count, buffer, room)) return {};
   const bool same_type = sent.id == buffer.id && sent.size == buffer.size;
-  if (same_type && sent_count <= room) return {};
   // Group ranks, as the other mismatch texts name them.
   const std::string from = "rank " + std::to_string(sender), to = "rank " + std::to_string(receiver);
   const std::string at = "recv on " + to + " from " + from + " (tag " + std::to_string(tag) + "): " + from +
