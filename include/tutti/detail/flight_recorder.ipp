@@ -62,11 +62,18 @@ inline const bool tsc_usable = tsc_invariant();
 /// measured) where it is due and no other thread is at it.
 TUTTI_COLD inline std::int64_t realtime_slow_ns() noexcept {
   tsc_conversion& k = tsc_now;
+  std::uint32_t s = k.seq.load(std::memory_order_relaxed);
+  if ((s & 1) || !k.seq.compare_exchange_strong(s, s + 1, std::memory_order_acquire)) return clock_ns(CLOCK_REALTIME);
+  std::atomic_thread_fence(std::memory_order_release);
+  // The three clocks read together, between two reads of the counter: a pair read across a
+  // preemption or a signal handler (more than 20,000 ticks, some microseconds) is not taken.
+  const auto before = static_cast<std::int64_t>(__builtin_ia32_rdtsc());
   const std::int64_t real = clock_ns(CLOCK_REALTIME), mono = clock_ns(CLOCK_MONOTONIC);
   const auto t = static_cast<std::int64_t>(__builtin_ia32_rdtsc());
-  std::uint32_t s = k.seq.load(std::memory_order_relaxed);
-  if ((s & 1) || !k.seq.compare_exchange_strong(s, s + 1, std::memory_order_relaxed)) return real;
-  std::atomic_thread_fence(std::memory_order_release);
+  if (t - before > 20'000 || t < before) {
+    k.seq.store(s + 2, std::memory_order_release);
+    return real;
+  }
   constexpr std::int64_t first_ns = 10'000'000, period_ns = 100'000'000, jump_ns = 1'000'000;
   const std::int64_t t0 = k.base_tsc.load(std::memory_order_relaxed), m0 = k.base_mono.load(std::memory_order_relaxed);
   double rate = k.ns_per_tick.load(std::memory_order_relaxed);
