@@ -165,6 +165,40 @@ TEST_CASE("over shm: a blocking receive's fast path sends the answers its readin
   comm.barrier();
 }
 
+// A fast receive reads its ring only up to its own message; the eager messages behind it, which
+// fill the ring, are read while the receiver waits in a collective, so that their sender, waiting
+// for room, goes on (before, nothing read them and both ranks waited until the deadline).
+TEST_CASE("over shm: eager sends that fill the ring go on while their receiver waits in a collective") {
+  auto& comm = world();
+  auto pair = comm.new_group({0, 1});
+  if (!pair) return comm.barrier();
+  auto& g = *pair;
+  g.set_timeout(std::chrono::seconds(10));
+  constexpr int n = 12;  // of 16 KiB: more than the 128 KiB ring holds at once
+  std::vector<std::vector<char>> msgs(n, std::vector<char>(std::size_t{16} << 10));
+  std::uint64_t x = 0;
+  if (g.rank() == 0) {
+    x = 42;
+    g.send(view(&x, 1), 1, 1);
+    for (int i = 0; i < n; ++i) {
+      std::fill(msgs[i].begin(), msgs[i].end(), static_cast<char>(i));
+      g.send(view(msgs[i]), 1, 2);
+    }
+    g.barrier();
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the ring full before the receive
+    CHECK(g.recv(view(&x, 1), 0, 1).count == 1);
+    CHECK(x == 42);
+    g.barrier();
+    for (int i = 0; i < n; ++i) {
+      g.recv(view(msgs[i]), 0, 2);
+      CHECK((msgs[i].front() == static_cast<char>(i) && msgs[i].back() == static_cast<char>(i)));
+    }
+  }
+  g.barrier();
+  comm.barrier();
+}
+
 TEST_CASE("over shm: a rendezvous send given up is not received") { check_given_up_rendezvous(world()); }
 
 TEST_CASE("over shm: a receive given up after it cleared a message fails its send") {

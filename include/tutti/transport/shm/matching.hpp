@@ -144,7 +144,8 @@ inline constexpr int p2p_fast_spins = 1024;
 
 /// Moves this process's pending point-to-point from a wait for something else (a collective's,
 /// before it sleeps), so that a rendezvous send posted before a collective goes on while the
-/// receiver waits for it; skipped while another thread holds the engine.
+/// receiver waits for it, and reads what its rings hold unread (a sender may wait for the
+/// room); skipped while another thread holds the engine.
 TUTTI_DECL void p2p_drive(segment& seg, p2p_engine& eng) noexcept;
 
 /// Lines for the flight record: this rank's sends and receives not yet complete.

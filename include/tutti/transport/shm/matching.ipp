@@ -297,6 +297,10 @@ inline void read_from(p2p_ctx& c, int peer) {
     tail += sizeof f + pad(f.payload());
     // A fast receive that has its message reads no further: the next frame's line is the
     // writer's (it cleared the stamp there), and fetching it would delay the program's answer.
+    // What lies behind is read by the next look (a call, a wait, a collective's `p2p_drive`),
+    // so a sender waiting behind it for a `cts` or for room goes on then, as MPI progresses
+    // within calls. (An any-source receive reads one frame of each other peer after its own:
+    // they keep their turn.)
     if (c.fast && c.fast->taken) break;
   }
   if (tail == start) return;
@@ -653,7 +657,15 @@ TUTTI_DECL bool p2p_recv_now(segment& seg, p2p_engine& eng, const p2p_post& p, r
 
 TUTTI_DECL void p2p_drive(segment& seg, p2p_engine& eng) noexcept {
   std::unique_lock lk(eng.mu, std::try_to_lock);
-  if (!lk.owns_lock() || p2p_steps::pending_count(eng) == 0) return;
+  if (!lk.owns_lock()) return;
+  // With nothing pending, frames still unread are read too: a sender that filled its ring with
+  // eager messages (a fast receive reads only up to its own) may wait for the room.
+  const auto unread = [&] {
+    for (int r = 0; r < eng.g.size(); ++r)
+      if (r != eng.g.rank() && p2p_steps::p2p_written(seg, eng.g.world(r))) return true;
+    return false;
+  };
+  if (p2p_steps::pending_count(eng) == 0 && !unread()) return;
   p2p_steps::p2p_ctx c{seg, eng, eng.g};
   try {
     p2p_steps::progress(c);
