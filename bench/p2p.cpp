@@ -1,5 +1,6 @@
-// tutti's point-to-point, OSU-style (see p2p.hpp), over shm or tcp:
+// tutti's point-to-point, OSU-style (see p2p.hpp), over shm or tcp, or over two threads:
 //   tuttirun --nproc-per-node=2 tutti_bench_p2p [shm|tcp] [--sizes 8,65536] [--rounds 3]
+//   tutti_bench_p2p inproc [--sizes 8,65536] [--rounds 3]
 // bench/compare_p2p.sh runs it beside Open MPI and MPICH (peers/mpi_p2p.cpp).
 #include <tutti/tutti.hpp>
 #ifdef TUTTI_BENCH_HAS_TCP
@@ -9,6 +10,7 @@
 #include <cstdio>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "p2p.hpp"
@@ -47,12 +49,17 @@ int main(int argc, char** argv) {
   const auto o = p2p_bench::parse(argc, argv);
   if (transport == "shm") {
     bench<tutti::shm>(o, "tutti shm");
+  } else if (transport == "inproc") {
+    tutti::inproc::run(2, [&](auto& comm) {
+      tutti_ops<std::remove_reference_t<decltype(comm)>> ops{comm};
+      p2p_bench::run(ops, o, "tutti inproc");
+    });
 #ifdef TUTTI_BENCH_HAS_TCP
   } else if (transport == "tcp") {
     bench<tutti::tcp>(o, "tutti tcp");
 #endif
   } else {
-    std::fprintf(stderr, "tutti_bench_p2p: transport shm or tcp (got '%s')\n", transport.c_str());
+    std::fprintf(stderr, "tutti_bench_p2p: transport shm, tcp or inproc (got '%s')\n", transport.c_str());
     return 2;
   }
   return 0;
