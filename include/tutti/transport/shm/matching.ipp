@@ -62,10 +62,9 @@ inline std::string p2p_here(const toolkit::group_map& g, const p2p_op& e) {
   return toolkit::where(p2p_op_header(e), "p2p") + " on " + g.name(g.rank());
 }
 
-inline bool takes(const p2p_op& r, const p2p_arrived& m) {
-  return (r.peer == any_source || r.peer == m.src) && (r.tag == any_tag || r.tag == m.tag);
-}
-inline bool takes(const p2p_post& r, const p2p_arrived& m) {
+/// Whether receive `r` (a posted `p2p_op` or a fast receive's `p2p_post`) matches message `m`.
+template <class Receive>
+bool takes(const Receive& r, const p2p_arrived& m) {
   return (r.peer == any_source || r.peer == m.src) && (r.tag == any_tag || r.tag == m.tag);
 }
 
@@ -127,6 +126,13 @@ inline bool p2p_written(const segment& seg, int from) {
   const std::uint64_t tail = ends.tail.load(std::memory_order_relaxed);
   return stamp_at(seg.p2p_data(from, seg.world_rank) + tail % p2p_ring_bytes).load(std::memory_order_acquire) ==
          tail + 1;
+}
+
+/// Whether any ring to this rank holds a frame not yet read (`p2p_written` for every peer).
+inline bool any_written(const segment& seg, const toolkit::group_map& g) {
+  for (int r = 0; r < g.size(); ++r)
+    if (r != g.rank() && p2p_written(seg, g.world(r))) return true;
+  return false;
 }
 
 /// Receive `r` takes message `m`: a mismatch fails it (and, for a rendezvous, its send);
@@ -639,15 +645,12 @@ TUTTI_DECL bool p2p_recv_now(segment& seg, p2p_engine& eng, const p2p_post& p, r
       if (r != g.rank() && (!eng.controls[c.at(r)].empty() || !eng.streaming[c.at(r)].empty())) write_to(c, r);
     return fast.taken || fast.declined;
   };
-  const auto any_written = [&] {  // a ring this receive reads holds something unread
-    if (p.peer != any_source) return p2p_written(seg, g.world(p.peer));
-    for (int r = 0; r < g.size(); ++r)
-      if (r != g.rank() && p2p_written(seg, g.world(r))) return true;
-    return false;
+  const auto unread = [&] {  // a ring this receive reads holds something unread
+    return p.peer != any_source ? p2p_written(seg, g.world(p.peer)) : any_written(seg, g);
   };
   bool ended = look();
   for (int i = 0; !ended && i < p2p_fast_spins; ++i) {
-    if (any_written()) ended = look();
+    if (unread()) ended = look();
     else detail::cpu_relax();
   }
   if (!fast.taken) return false;
@@ -660,12 +663,7 @@ TUTTI_DECL void p2p_drive(segment& seg, p2p_engine& eng) noexcept {
   if (!lk.owns_lock()) return;
   // With nothing pending, frames still unread are read too: a sender that filled its ring with
   // eager messages (a fast receive reads only up to its own) may wait for the room.
-  const auto unread = [&] {
-    for (int r = 0; r < eng.g.size(); ++r)
-      if (r != eng.g.rank() && p2p_steps::p2p_written(seg, eng.g.world(r))) return true;
-    return false;
-  };
-  if (p2p_steps::pending_count(eng) == 0 && !unread()) return;
+  if (p2p_steps::pending_count(eng) == 0 && !p2p_steps::any_written(seg, eng.g)) return;
   p2p_steps::p2p_ctx c{seg, eng, eng.g};
   try {
     p2p_steps::progress(c);
