@@ -166,10 +166,14 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
     }
   }
 
+  // from_env, shrink and grow are templates so that an explicit instantiation of the class
+  // (tutti::compiled) leaves them out where the transport lacks them: clang before 15
+  // instantiates a non-template member whose constraint is false.
+
   /// Joins the job the environment describes (`Transport::from_env()`, e.g. `tutti::shm`).
-  static communicator from_env()
-    requires from_environment<Transport>
-  {
+  template <class T = Transport>
+    requires from_environment<T>
+  static communicator from_env() {
     return communicator(Transport::from_env());
   }
 
@@ -221,9 +225,9 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   /// it within the timeout (stopped, hung) is left out. `kept`, when given, gets the old ranks of
   /// the members in new rank order. On transports that can tell which processes are gone
   /// (`shrinkable`: `tutti::shm`); elsewhere start a new job (a fresh rendezvous).
-  communicator shrink(std::vector<int>* kept = nullptr)
-    requires shrinkable<Transport>
-  {
+  template <class T = Transport>
+    requires shrinkable<T>
+  communicator shrink(std::vector<int>* kept = nullptr) {
     const auto busy = ordered("shrink");
     if (context_ != 0) local_usage("shrink: call it on the world communicator, not on a group");
     communicator c(t_.shrink(cfg_.timeout, kept), algo_, cfg_);
@@ -237,9 +241,9 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   /// came. Every rank of the world calls it with the same `joiners` (checked first: a rank that
   /// passes another count gets `mismatch_error` on every rank); rank 0 waits up to the timeout
   /// for the joiners. This communicator stays usable. With this one's algorithm and settings.
-  communicator grow(int joiners)
-    requires growable<Transport>
-  {
+  template <class T = Transport>
+    requires growable<T>
+  communicator grow(int joiners) {
     const auto busy = ordered("grow");
     if (context_ != 0) local_usage("grow: call it on the world communicator, not on a group");
     if (joiners < 1) usage("grow: joiners must be at least 1, not " + std::to_string(joiners));

@@ -31,8 +31,10 @@ namespace tutti::detail::device {
 class control {
  public:
   control() = default;
-  template <transport Host>
-    requires(!std::is_same_v<std::remove_cvref_t<Host>, control>)
+  // The copy check comes first: `transport<control>` asks whether control is copyable, which
+  // would consider this constructor again (clang reports the recursion; gcc stops it).
+  template <class Host>
+    requires(!std::is_same_v<std::remove_cvref_t<Host>, control> && transport<Host>)
   explicit control(Host h) : impl_(std::make_shared<model<Host>>(std::move(h))) {}
 
   explicit operator bool() const noexcept { return impl_ != nullptr; }

@@ -62,7 +62,8 @@ inline void mpi::exchange(int to, const header* hs, const std::byte* sdata, int 
       header x = *hs;
       x.fp.context = context_;
       out = toolkit::wire::frame::of(toolkit::wire::kind::message, x);
-      const auto [th, tp] = tags(*hs, w);
+      const auto [th, tp_bound] = tags(*hs, w);
+      const int tp = tp_bound;  // a lambda may not capture a structured binding before clang 16
       check(MPI_Isend(&out, sizeof out, MPI_BYTE, to, th, st_->comm, rs.add(to, role::send)), "MPI_Isend", at);
       pieces(hs->bytes, [&](std::size_t off, int n) {
         check(MPI_Isend(sdata + off, n, MPI_BYTE, to, tp, st_->comm, rs.add(to, role::send)), "MPI_Isend", at);
