@@ -33,7 +33,12 @@ struct prod {
   static constexpr std::string_view name = "prod";
   template <class T>
   TUTTI_HOST_DEVICE constexpr T operator()(const T& a, const T& b) const {
-    return static_cast<T>(a * b);
+    // Unsigned types narrower than int are promoted to int, where 65535 * 65535 overflows
+    // (undefined behaviour): they multiply as unsigned int, which wraps as they do.
+    if constexpr (std::is_unsigned_v<T> && sizeof(T) < sizeof(unsigned))
+      return static_cast<T>(static_cast<unsigned>(a) * static_cast<unsigned>(b));
+    else
+      return static_cast<T>(a * b);
   }
 };
 /// the smaller of a and b

@@ -46,6 +46,8 @@ template <class T>
 T value(int rank, std::size_t i) {
   const int v = static_cast<int>((static_cast<std::size_t>(rank) * 7 + i * 13) % 11) - 5;
   if constexpr (std::is_same_v<T, vec3>) return vec3{float(v), float(-v * 2), float(rank) - float(i % 3)};
+  // A negative float converted to an unsigned type is undefined; an int wraps, as it should.
+  else if constexpr (std::is_integral_v<T>) return static_cast<T>(v);
   else return static_cast<T>(static_cast<float>(v));
 }
 
@@ -150,8 +152,8 @@ void check_call_with(Comm& comm, report& rep, const call_shape& s, const Op& op,
                      const void* a, const std::string& tag, bool first_only) {
   using M = typename Comm::memory;
   const int me = comm.rank();
-  const int salt = static_cast<int>(C) * 3;
-  auto input = [salt](int r, std::size_t i) { return value<T>(r + salt, i); };
+  constexpr int salt = static_cast<int>(C) * 3;
+  auto input = [](int r, std::size_t i) { return value<T>(r + salt, i); };
   const std::string name = std::string(collective_name(C)) + "(" + tag + ")" +
                            (info(C).rooted ? " root " + std::to_string(s.root) : std::string());
   for (placement pl : {placement::apart, placement::in_place}) {
