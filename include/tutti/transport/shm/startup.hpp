@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <memory>
 #include <string>
 
@@ -16,14 +17,18 @@
 
 namespace tutti::detail::shm_impl {
 
+/// Maps `bytes` at `at` (page-aligned, in a shared mapping) now, writable if `for_writing`, so
+/// that no fault is taken there later; false with errno set if the kernel refused.
+TUTTI_COLD TUTTI_DECL bool prefault(std::byte* at, std::size_t bytes, bool for_writing) noexcept;
+
 /// Start-up barrier `step`: waits (sleeping, with the deadline) until every rank reached it.
 TUTTI_COLD TUTTI_DECL void startup_barrier(segment& seg, std::uint32_t step, std::chrono::milliseconds timeout);
 
 /// Every rank tries to read a word from every peer with process_vm_readv; single copy is on
 /// only if all of them could (a container's seccomp policy, Yama's ptrace_scope or different
 /// users can forbid it), none turned it off, and ranks do not outnumber cores (unless forced).
-/// Unless forced, each rank also times one kernel copy of `probe_bytes` from its next peer
-/// against a memcpy of as many bytes out of that peer's window; where any rank's kernel copy is
+/// Unless forced, each rank also times a kernel copy of `probe_bytes` (at most half a window) out
+/// of its next peer's window against a memcpy of as many; where any rank's kernel copy is
 /// under half as fast, all_reduce keeps to the windows (`fast_kernel_copy` false) while the
 /// block collectives still read by single copy. Measured on a VM whose page-table walks are
 /// costly (process_vm_readv at a quarter of memcpy's rate): single-copy all_reduce took 1.7x
