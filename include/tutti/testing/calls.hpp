@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -296,9 +297,10 @@ auto describe(const call_shape& s, int me, call_buffers<T>& b, placement pl, con
   return d;
 }
 
-/// The output a call leaves to compare (in place with `out` inside `in`: that block of `in`).
+/// The output a call leaves to compare (in place with `out` inside `in`: that block of `in`), as
+/// a view into the buffers (`result_of`: a copy).
 template <collective C, class T>
-std::vector<T> result_of(const call_shape& s, int me, const call_buffers<T>& b, placement pl) {
+std::span<const T> result_view(const call_shape& s, int me, const call_buffers<T>& b, placement pl) {
   constexpr collective_info row = info(C);
   if constexpr (row.layout.overlap == aliasing::own_block) {
     const bool out_larger = row.layout.out == extent::blocks || row.layout.out == extent::room;
@@ -306,13 +308,17 @@ std::vector<T> result_of(const call_shape& s, int me, const call_buffers<T>& b, 
       const auto& cs = row.counts == counts_kind::per_rank && !b.counts.empty() ? s.counts_of(me) : std::vector<std::size_t>{};
       const std::size_t at = block_offset(s, cs, me);
       if (b.in.size() >= at + b.out.size())
-        return std::vector<T>(b.in.begin() + static_cast<std::ptrdiff_t>(at),
-                              b.in.begin() + static_cast<std::ptrdiff_t>(at + b.out.size()));
+        return std::span<const T>(b.in.data() + at, b.out.size());
     }
   }
   (void)s;
   (void)me;
-  return b.out;
+  return std::span<const T>(b.out.data(), b.out.size());
+}
+template <collective C, class T>
+std::vector<T> result_of(const call_shape& s, int me, const call_buffers<T>& b, placement pl) {
+  const std::span<const T> r = result_view<C>(s, me, b, pl);
+  return std::vector<T>(r.begin(), r.end());
 }
 
 }  // namespace tutti::testing

@@ -69,7 +69,7 @@ std::string show(const T& v) {
 
 /// One check per comparison; a finding names the first differing element.
 template <class T>
-void expect_equal(report& rep, int rank, const std::vector<T>& got, const std::vector<T>& want, const std::string& what) {
+void expect_equal(report& rep, int rank, std::span<const T> got, std::span<const T> want, const std::string& what) {
   std::size_t bad = got.size() == want.size() ? got.size() : 0;
   // Raw pointers and a hoisted bound: the sanitizer builds run this at -O0, where each
   // vector::size() and operator[] is a call.
@@ -86,6 +86,11 @@ void expect_equal(report& rep, int rank, const std::vector<T>& got, const std::v
                : "first difference at element " + std::to_string(bad) + " of " + std::to_string(got.size()) + " (got " +
                      (bad < got.size() ? show(got[bad]) : "-") + ", want " + (bad < want.size() ? show(want[bad]) : "-") +
                      ")");
+}
+
+template <class T>
+void expect_equal(report& rep, int rank, const std::vector<T>& got, const std::vector<T>& want, const std::string& what) {
+  expect_equal<T>(rep, rank, std::span<const T>(got), std::span<const T>(want), what);
 }
 
 template <class T, class Op, class At>
@@ -163,13 +168,15 @@ void check_call_with(Comm& comm, report& rep, const call_shape& s, const Op& op,
   for (placement pl : {placement::apart, placement::in_place}) {
     if (pl == placement::apart ? !has_apart<C> : !has_in_place<C>) continue;
     auto b = make_buffers<C, T>(s, me, pl, input, sentinel<T>());
-    const auto before = result_of<C>(s, me, b, pl);
+    const std::span<const T> out = result_view<C>(s, me, b, pl);  // (the buffers stay where they are)
+    const std::vector<T> before(out.begin(), out.end());
     const auto in_before = b.in;
     invoke(comm, describe<C, M>(s, me, b, pl, op), a);
     const auto want = expected<C, T>(s, me, before, input, op);
     const std::string label = name + (pl == placement::in_place && has_apart<C> ? " in place" : "");
-    expect_equal(rep, me, result_of<C>(s, me, b, pl), want, label);
-    if (pl == placement::apart && !b.in.empty()) expect_equal(rep, me, b.in, in_before, label + " leaves its input alone");
+    expect_equal<T>(rep, me, out, want, label);
+    if (pl == placement::apart && !b.in.empty())
+      expect_equal<T>(rep, me, b.in, in_before, label + " leaves its input alone");
     if (first_only) break;
   }
 }
