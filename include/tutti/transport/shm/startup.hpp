@@ -17,7 +17,7 @@
 
 namespace tutti::detail::shm_impl {
 
-/// Maps `bytes` at `at` (page-aligned, in a shared mapping) now, writable if `for_writing`, so
+/// Maps the pages that hold `bytes` at `at` (in a shared mapping) now, writable if `for_writing`, so
 /// that no fault is taken there later; false with errno set if the kernel refused.
 TUTTI_COLD TUTTI_DECL bool prefault(std::byte* at, std::size_t bytes, bool for_writing) noexcept;
 

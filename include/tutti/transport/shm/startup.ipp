@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -33,6 +34,10 @@
 namespace tutti::detail::shm_impl {
 
 TUTTI_COLD TUTTI_DECL bool prefault(std::byte* at, std::size_t bytes, bool for_writing) noexcept {
+  // Whole pages (madvise refuses an unaligned start; a window need not start on a page).
+  const std::size_t skew = reinterpret_cast<std::uintptr_t>(at) & 4095;
+  at -= skew;
+  bytes = (bytes + skew + 4095) & ~std::size_t{4095};
 #if defined(MADV_POPULATE_WRITE)
   if (::madvise(at, bytes, for_writing ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0) return true;
   if (errno != EINVAL) return false;  // EINVAL: a kernel before 5.14, which lacks them
@@ -219,13 +224,10 @@ TUTTI_DECL std::shared_ptr<segment> map_segment(int rank, int world_size, const 
   if (p == MAP_FAILED)
     throw error(errc::config, "shm: cannot map " + std::to_string(seg->lay.arenas) + " bytes: " + errno_text(errno));
   seg->base = static_cast<std::byte*>(p);
-  for (const auto& [from, to] : {std::pair{std::size_t{0}, seg->lay.p2p_rings},
-                                 std::pair{seg->lay.windows + static_cast<std::size_t>(rank) * opt.window_bytes,
-                                           seg->lay.windows + static_cast<std::size_t>(rank + 1) * opt.window_bytes}}) {
-    const std::size_t at = from & ~std::size_t{4095}, end = std::min(seg->lay.arenas, (to + 4095) & ~std::size_t{4095});
-    if (end > at && !prefault(seg->base + at, end - at, true))  // (the segment unmaps `p`)
-      throw error(errc::config, "shm: cannot map " + std::to_string(end - at) + " bytes: " + errno_text(errno));
-  }
+  for (const auto& [at, bytes] : {std::pair{std::size_t{0}, seg->lay.p2p_rings},
+                                  std::pair{seg->lay.windows + static_cast<std::size_t>(rank) * opt.window_bytes, opt.window_bytes}})
+    if (!prefault(seg->base + at, bytes, true))  // (the segment unmaps `p`)
+      throw error(errc::config, "shm: cannot map " + std::to_string(bytes) + " bytes: " + errno_text(errno));
   if (seg->lay.total > seg->lay.arenas) {
     void* a = ::mmap(nullptr, seg->lay.total - seg->lay.arenas, PROT_READ | PROT_WRITE, MAP_SHARED, rv.segment.get(),
                      static_cast<off_t>(seg->lay.arenas));
