@@ -15,7 +15,7 @@ TUTTI_DECL layout::layout(int world, shm_options o) : opt(o), p(world) {
   const std::size_t pairs = P * (P > 1 ? P - 1 : 0);
   p2p_rings = rings + pairs * ring_stride;
   windows = (p2p_rings + pairs * (sizeof(ring_ends) + p2p_ring_bytes) + 4095) & ~std::size_t{4095};
-  arenas = windows + P * o.window_bytes;
+  arenas = (windows + P * o.window_bytes + 4095) & ~std::size_t{4095};  // mapped apart: a page offset
   total = arenas + P * o.arena_bytes;
 }
 
