@@ -131,6 +131,23 @@ TEST_CASE("shm start-up: a world of threads, a busy job id, a missing rank 0, a 
     for (auto& t : ts) t.join();
     CHECK(ok == std::vector<int>{1, 1, 1});
   }
+  SUBCASE("windows that are not a whole number of pages: three ranks start and reduce") {
+    // The arenas are mapped at the offset where the windows end, which must be a page.
+    const auto job = unique_job("odd-windows");
+    shm_options opt;
+    opt.window_bytes = 8192 + 128;
+    std::vector<std::thread> ts;
+    std::vector<int> ok(3, 0);
+    for (int r = 0; r < 3; ++r)
+      ts.emplace_back([&, r] {
+        communicator<shm> comm(shm::create(r, 3, job, opt, 10s));
+        std::vector<double> v(5000, r + 1.0);  // more than a window holds: several rounds
+        comm.all_reduce(view(v), op::sum{}, algo::shared_memory{});
+        ok[static_cast<std::size_t>(r)] = v.front() == 6.0 && v.back() == 6.0;
+      });
+    for (auto& t : ts) t.join();
+    CHECK(ok == std::vector<int>{1, 1, 1});
+  }
   SUBCASE("single copy is on for every rank or for none, and says why") {
     // Threads of one process may always read each other. One rank that does not want single copy
     // turns it off for all, and so do ranks that outnumber the cores; the note names the cause.
