@@ -9,9 +9,13 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <memory>
+#include <new>
 #include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "tutti/core/collective.hpp"
@@ -20,7 +24,102 @@
 #include "tutti/group/collectives.hpp"
 #include "tutti/op/ops.hpp"
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 namespace tutti::testing {
+
+/// The conformance suite's buffers: a vector of trivially copyable elements that copies and
+/// clears with memcpy and memset, where a std::vector with any allocator but std::allocator
+/// constructs element by element (at -O0, in the sanitizer builds, most of a check's time), and
+/// asks for the whole 2 MiB pages inside a buffer of 4 MiB or more as transparent huge pages
+/// (`MADV_HUGEPAGE`, best effort: the kernels that back anonymous memory with huge pages only on
+/// request then do). The sanitizers' allocators map every large buffer afresh, so a check's
+/// 16 MiB buffers otherwise arrive as 4,096 faults of 4 KiB each: on a virtual machine a third of
+/// the AddressSanitizer suite's time. The memory is `operator new`'s (the sanitizers' redzones
+/// and quarantine stay).
+template <class T>
+class suite_buffer {
+  static_assert(std::is_trivially_copyable_v<T>, "tutti::testing::suite_buffer holds trivially copyable elements");
+
+ public:
+  using value_type = T;
+  suite_buffer() = default;
+  explicit suite_buffer(std::span<const T> from) : suite_buffer() {
+    allocate(from.size());
+    if (!from.empty()) std::memcpy(p_.get(), from.data(), from.size_bytes());
+  }
+  suite_buffer(const suite_buffer& o) : suite_buffer(std::span<const T>(o.data(), o.size())) {}
+  suite_buffer(suite_buffer&& o) noexcept : p_(std::move(o.p_)), n_(std::exchange(o.n_, 0)) {}
+  suite_buffer& operator=(const suite_buffer& o) {
+    if (this != &o) *this = suite_buffer(o);
+    return *this;
+  }
+  suite_buffer& operator=(suite_buffer&& o) noexcept {
+    p_ = std::move(o.p_);
+    n_ = std::exchange(o.n_, 0);
+    return *this;
+  }
+
+  /// n elements: the first min(n, size()) kept, the others' bytes zero (a new buffer).
+  void resize(std::size_t n) {
+    suite_buffer b;
+    b.allocate(n);
+    const std::size_t keep = std::min(n, n_);
+    if (keep) std::memcpy(b.p_.get(), p_.get(), keep * sizeof(T));
+    if (n > keep) std::memset(static_cast<void*>(b.p_.get() + keep), 0, (n - keep) * sizeof(T));
+    *this = std::move(b);
+  }
+  /// n elements, none of them set (a new buffer): for a caller that writes every one next.
+  void resize_for_overwrite(std::size_t n) {
+    suite_buffer b;
+    b.allocate(n);
+    *this = std::move(b);
+  }
+  T* data() noexcept { return p_.get(); }
+  const T* data() const noexcept { return p_.get(); }
+  std::size_t size() const noexcept { return n_; }
+  bool empty() const noexcept { return n_ == 0; }
+  T* begin() noexcept { return p_.get(); }
+  T* end() noexcept { return p_.get() + n_; }
+  const T* begin() const noexcept { return p_.get(); }
+  const T* end() const noexcept { return p_.get() + n_; }
+  T& operator[](std::size_t i) noexcept { return p_.get()[i]; }
+  const T& operator[](std::size_t i) const noexcept { return p_.get()[i]; }
+
+ private:
+  struct release {
+    void operator()(T* p) const noexcept { ::operator delete(static_cast<void*>(p), std::align_val_t(alignof(T))); }
+  };
+  void allocate(std::size_t n) {
+    p_.reset(n ? static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(alignof(T)))) : nullptr);
+    n_ = n;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    constexpr std::uintptr_t huge = std::uintptr_t{2} << 20;
+    const auto at = reinterpret_cast<std::uintptr_t>(p_.get());
+    const std::uintptr_t first = (at + huge - 1) & ~(huge - 1), last = (at + n * sizeof(T)) & ~(huge - 1);
+    if (n * sizeof(T) >= 2 * huge && last > first)
+      (void)::madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
+#endif
+  }
+  std::unique_ptr<T, release> p_;
+  std::size_t n_ = 0;
+};
+
+/// Fills p[0, n) with v by doubling copies: memcpy, at full speed in the sanitizer builds, where
+/// an element loop runs at -O0.
+template <class T>
+void fill(T* p, std::size_t n, const T& v) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  if (n == 0) return;
+  p[0] = v;
+  for (std::size_t have = 1; have < n;) {
+    const std::size_t k = std::min(have, n - have);
+    std::memcpy(p + have, p, k * sizeof(T));
+    have += k;
+  }
+}
 
 /// The shape of one call of a collective, as every rank sees it: the group size, the root, the
 /// call's count `n` (uniform collectives: what `layout`'s `count` and `blocks` are made of), and
@@ -141,10 +240,11 @@ inline std::size_t block_count(const call_shape& s, const std::vector<std::size_
 /// What a call of `C` must leave in rank me's `out`: `input(r, i)` is element i of rank r's input
 /// buffer (a collective of one buffer: of that buffer, before the call), `before` what `out` held
 /// before it (its parts the call leaves alone keep it), `op` the op the call was given.
+///
+/// `expected_into` computes it in place: `out` holds what `out` held before the call.
 template <collective C, class T, class Input, class Op>
-std::vector<T> expected(const call_shape& s, int me, const std::vector<T>& before, Input&& input, const Op& op) {
+void expected_into(const call_shape& s, int me, std::span<T> out, Input&& input, const Op& op) {
   constexpr collective_info row = info(C);
-  std::vector<T> out = before;
   const bool v = row.counts == counts_kind::per_rank;
   const std::vector<std::size_t> none;
   auto counts = [&](int r) -> const std::vector<std::size_t>& { return v ? s.counts_of(r) : none; };
@@ -195,6 +295,11 @@ std::vector<T> expected(const call_shape& s, int me, const std::vector<T>& befor
   } else if constexpr (R == result_kind::prefix_exclusive) {
     if (me > 0) each(mine, [&](std::size_t i) { return fold(0, me - 1, i); });
   }
+}
+template <collective C, class T, class Input, class Op>
+std::vector<T> expected(const call_shape& s, int me, const std::vector<T>& before, Input&& input, const Op& op) {
+  std::vector<T> out = before;
+  expected_into<C, T>(s, me, std::span<T>(out), std::forward<Input>(input), op);
   return out;
 }
 
@@ -213,23 +318,28 @@ constexpr bool has_apart = info(C).layout.overlap != aliasing::one_buffer;
 
 /// One rank's buffers for a call: `in` and `out` as `placement` wants them (in place: `out`
 /// only, or the larger of the two holding the smaller as this rank's block), and the counts it
-/// passes.
-template <class T>
+/// passes. (`Buffer`: the conformance suite's is `suite_buffer<T>`.)
+template <class T, class Buffer = std::vector<T>>
 struct call_buffers {
-  std::vector<T> in, out;
+  Buffer in, out;
   std::vector<std::size_t> counts, recv_counts;
 };
 
 /// Rank me's buffers for a call of `C` of shape `s`: `input(r, i)` fills the input; outputs
 /// start as `fill`.
-template <collective C, class T, class Input>
-call_buffers<T> make_buffers(const call_shape& s, int me, placement pl, Input&& input, T fill) {
+template <collective C, class T, class Buffer = std::vector<T>, class Input>
+call_buffers<T, Buffer> make_buffers(const call_shape& s, int me, placement pl, Input&& input, T fill) {
   constexpr collective_info row = info(C);
-  call_buffers<T> b;
-  b.in.resize(in_size<C>(s, me));
-  b.out.assign(out_size<C>(s, me), fill);
+  call_buffers<T, Buffer> b;
+  auto size = [](Buffer& x, std::size_t n) {  // (both are written in full below)
+    if constexpr (requires { x.resize_for_overwrite(n); }) x.resize_for_overwrite(n);
+    else x.resize(n);
+  };
+  size(b.in, in_size<C>(s, me));
+  size(b.out, out_size<C>(s, me));
+  testing::fill(b.out.data(), b.out.size(), fill);
   // Raw pointers and hoisted bounds: the sanitizer builds run this at -O0.
-  auto make = [&](std::vector<T>& buffer) {
+  auto make = [&](Buffer& buffer) {
     T* p = buffer.data();
     for (std::size_t i = 0, n = buffer.size(); i < n; ++i) p[i] = input(me, i);
   };
@@ -266,8 +376,8 @@ template <collective C, class T, class M, class Op>
 using desc_of = call_desc<T, M, std::conditional_t<info(C).reduces, Op, algo::no_op>>;
 
 /// The description of rank me's call from its buffers (`op` only where the row reduces).
-template <collective C, class M = host_memory, class T, class Op = algo::no_op>
-auto describe(const call_shape& s, int me, call_buffers<T>& b, placement pl, const Op& op = {}) {
+template <collective C, class M = host_memory, class T, class B, class Op = algo::no_op>
+auto describe(const call_shape& s, int me, call_buffers<T, B>& b, placement pl, const Op& op = {}) {
   constexpr collective_info row = info(C);
   using O = std::conditional_t<row.reduces, Op, algo::no_op>;
   call_desc<T, M, O> d;
@@ -299,8 +409,8 @@ auto describe(const call_shape& s, int me, call_buffers<T>& b, placement pl, con
 
 /// The output a call leaves to compare (in place with `out` inside `in`: that block of `in`), as
 /// a view into the buffers (`result_of`: a copy).
-template <collective C, class T>
-std::span<const T> result_view(const call_shape& s, int me, const call_buffers<T>& b, placement pl) {
+template <collective C, class T, class B>
+std::span<const T> result_view(const call_shape& s, int me, const call_buffers<T, B>& b, placement pl) {
   constexpr collective_info row = info(C);
   if constexpr (row.layout.overlap == aliasing::own_block) {
     const bool out_larger = row.layout.out == extent::blocks || row.layout.out == extent::room;
@@ -315,8 +425,8 @@ std::span<const T> result_view(const call_shape& s, int me, const call_buffers<T
   (void)me;
   return std::span<const T>(b.out.data(), b.out.size());
 }
-template <collective C, class T>
-std::vector<T> result_of(const call_shape& s, int me, const call_buffers<T>& b, placement pl) {
+template <collective C, class T, class B>
+std::vector<T> result_of(const call_shape& s, int me, const call_buffers<T, B>& b, placement pl) {
   const std::span<const T> r = result_view<C>(s, me, b, pl);
   return std::vector<T>(r.begin(), r.end());
 }
