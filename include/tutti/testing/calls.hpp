@@ -30,8 +30,8 @@
 
 namespace tutti::testing {
 
-/// The conformance suite's buffers: a vector of trivially copyable elements that copies and
-/// clears with memcpy and memset, where a std::vector with any allocator but std::allocator
+/// The conformance suite's buffers: a vector of trivially copyable elements, sized for
+/// overwriting and copied with memcpy, where a std::vector with any allocator but std::allocator
 /// constructs element by element (at -O0, in the sanitizer builds, most of a check's time), and
 /// asks for the whole 2 MiB pages inside a buffer of 4 MiB or more as transparent huge pages
 /// (`MADV_HUGEPAGE`, best effort: the kernels that back anonymous memory with huge pages only on
@@ -62,15 +62,6 @@ class suite_buffer {
     return *this;
   }
 
-  /// n elements: the first min(n, size()) kept, the others' bytes zero (a new buffer).
-  void resize(std::size_t n) {
-    suite_buffer b;
-    b.allocate(n);
-    const std::size_t keep = std::min(n, n_);
-    if (keep) std::memcpy(b.p_.get(), p_.get(), keep * sizeof(T));
-    if (n > keep) std::memset(static_cast<void*>(b.p_.get() + keep), 0, (n - keep) * sizeof(T));
-    *this = std::move(b);
-  }
   /// n elements, none of them set (a new buffer): for a caller that writes every one next.
   void resize_for_overwrite(std::size_t n) {
     suite_buffer b;

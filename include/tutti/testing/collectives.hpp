@@ -182,10 +182,9 @@ void check_call_with(Comm& comm, report& rep, const call_shape& s, const Op& op,
     invoke(comm, describe<C, M>(s, me, b, pl, op), a);
     expected_into<C, T>(s, me, std::span<T>(want), input, op);
     const std::string label = name + (pl == placement::in_place && has_apart<C> ? " in place" : "");
-    expect_equal<T>(rep, me, out, std::span<const T>(want.data(), want.size()), label);
+    expect_equal<T>(rep, me, out, want, label);
     if (pl == placement::apart && !b.in.empty())
-      expect_equal<T>(rep, me, std::span<const T>(b.in.data(), b.in.size()),
-                      std::span<const T>(in_before.data(), in_before.size()), label + " leaves its input alone");
+      expect_equal<T>(rep, me, b.in, in_before, label + " leaves its input alone");
     if (first_only) break;
   }
 }
