@@ -1,6 +1,7 @@
 // Instructions per call of one 8-byte collective over shm, outside the waiting: run by
-// bench/call_cost.sh under callgrind, which leaves shm's wait (shm::wait_for) out of the count. Each rank's block is one double (8 bytes); the reductions are in place,
-// as peers/mpi_call_cost.cpp calls Open MPI's. Usage, under tuttirun: call_cost <collective> <calls>
+// bench/call_cost.sh under callgrind, which leaves shm's wait (shm::wait_for) out of the count.
+// Each rank's block is one double (8 bytes); the reductions are in place, as
+// peers/mpi_call_cost.cpp calls Open MPI's. Usage, under tuttirun: call_cost <collective> <calls>
 #include <cstdio>
 #include <cstdlib>
 #include <string>

@@ -97,7 +97,7 @@ mpi_count() {  # <collective> <calls> -> "I(rank 0) I(rank 1)"
 if [[ $mode == trees ]]; then
   build "$old" old
   build "$new" new
-  printf '%-14s %12s %12s %12s %12s %8s\n' collective "old rank 0" "old rank 1" "new rank 0" "new rank 1" "new/old"
+  printf '%-14s %12s %12s %12s %12s %11s\n' collective "old rank 0" "old rank 1" "new rank 0" "new rank 1" "new/old"
 else
   command -v mpicxx >/dev/null && command -v mpirun >/dev/null || { echo "call_cost: mpicxx or mpirun not found" >&2; exit 1; }
   mpirun --version 2>/dev/null | grep -q 'Open MPI' || { echo "call_cost: --mpi counts Open MPI's mpirun" >&2; exit 1; }
@@ -107,24 +107,21 @@ else
   ((EUID)) || mpi_flags+=(--allow-run-as-root)
   printf '%-14s %12s %12s %12s %12s %11s\n' collective "tutti rank 0" "tutti rank 1" "ompi rank 0" "ompi rank 1" "tutti/ompi"
 fi
+per_call() {  # <count function> <args...> -> instructions per call of each rank
+  local a1 b1 a2 b2
+  read -r a1 b1 <<<"$(least "$@" "$n")"
+  read -r a2 b2 <<<"$(least "$@" $((2 * n)))"
+  echo "$(((a2 - a1) / n)) $(((b2 - b1) / n))"
+}
 for c in "${collectives[@]}"; do
-  row=()
   if [[ $mode == trees ]]; then
-    for t in old new; do
-      read -r a1 b1 <<<"$(least count $t "$c" "$n")"
-      read -r a2 b2 <<<"$(least count $t "$c" $((2 * n)))"
-      row+=($(((a2 - a1) / n)) $(((b2 - b1) / n)))
-    done
+    row=($(per_call count old "$c") $(per_call count new "$c"))
   else
-    read -r a1 b1 <<<"$(least count new "$c" "$n")"
-    read -r a2 b2 <<<"$(least count new "$c" $((2 * n)))"
-    row+=($(((a2 - a1) / n)) $(((b2 - b1) / n)))
-    read -r a1 b1 <<<"$(least mpi_count "$c" "$n")"
-    read -r a2 b2 <<<"$(least mpi_count "$c" $((2 * n)))"
-    row+=($(((a2 - a1) / n)) $(((b2 - b1) / n)))
+    row=($(per_call count new "$c") $(per_call mpi_count "$c"))
   fi
-  # Sums of both ranks: the rooted collectives split their work unevenly between them.
-  ratio=$(awk -v o0="${row[0]}" -v o1="${row[1]}" -v n0="${row[2]}" -v n1="${row[3]}" 'BEGIN {printf "%.3f", (n0 + n1) / (o0 + o1)}')
-  [[ $mode == mpi ]] && ratio=$(awk -v t0="${row[0]}" -v t1="${row[1]}" -v m0="${row[2]}" -v m1="${row[3]}" 'BEGIN {printf "%.3f", (t0 + t1) / (m0 + m1)}')
+  # Sums of both ranks (the rooted collectives split their work unevenly between them): new/old,
+  # or tutti/ompi.
+  ratio=$(awk -v mode=$mode -v r0="${row[0]}" -v r1="${row[1]}" -v r2="${row[2]}" -v r3="${row[3]}" \
+    'BEGIN {a = r0 + r1; b = r2 + r3; printf "%.3f", mode == "mpi" ? a / b : b / a}')
   printf '%-14s %12d %12d %12d %12d %11s\n' "$c" "${row[@]}" "$ratio"
 done

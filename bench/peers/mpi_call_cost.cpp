@@ -24,17 +24,16 @@ int main(int argc, char** argv) {
       call();
     }
   };
-  const double* all_in = all.data();
   if (what == "all_reduce") run([&] { MPI_Allreduce(MPI_IN_PLACE, v.data(), 1, MPI_DOUBLE, MPI_SUM, w); });
   else if (what == "broadcast") run([&] { MPI_Bcast(v.data(), 1, MPI_DOUBLE, 0, w); });
   else if (what == "reduce")
     run([&] { MPI_Reduce(rank == 0 ? MPI_IN_PLACE : v.data(), v.data(), 1, MPI_DOUBLE, MPI_SUM, 0, w); });
   else if (what == "all_gather") run([&] { MPI_Allgather(v.data(), 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, w); });
   else if (what == "gather") run([&] { MPI_Gather(v.data(), 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, 0, w); });
-  else if (what == "scatter") run([&] { MPI_Scatter(all_in, 1, MPI_DOUBLE, v.data(), 1, MPI_DOUBLE, 0, w); });
-  else if (what == "all_to_all") run([&] { MPI_Alltoall(all_in, 1, MPI_DOUBLE, other.data(), 1, MPI_DOUBLE, w); });
+  else if (what == "scatter") run([&] { MPI_Scatter(all.data(), 1, MPI_DOUBLE, v.data(), 1, MPI_DOUBLE, 0, w); });
+  else if (what == "all_to_all") run([&] { MPI_Alltoall(all.data(), 1, MPI_DOUBLE, other.data(), 1, MPI_DOUBLE, w); });
   else if (what == "reduce_scatter")
-    run([&] { MPI_Reduce_scatter_block(all_in, v.data(), 1, MPI_DOUBLE, MPI_SUM, w); });
+    run([&] { MPI_Reduce_scatter_block(all.data(), v.data(), 1, MPI_DOUBLE, MPI_SUM, w); });
   else if (what == "barrier") run([&] { MPI_Barrier(w); });
   else {
     std::fprintf(stderr, "mpi_call_cost: unknown collective %s\n", what.c_str());
