@@ -5,8 +5,8 @@
 #      (tests/CMakeLists.txt's TUTTI_TEST_SET=transports);
 #   2. every test but the examples, tutti-bench and MPI's conformance suite under AddressSanitizer +
 #      UndefinedBehaviorSanitizer: the unit tests and the failure scenarios run here only, the
-#      tests over real transports both here and in 1 (2 and 3 built with clang++ where it is
-#      installed);
+#      tests over real transports both here (the suites over processes at 3 and 4 ranks) and in 1
+#      (2 and 3 built with clang++ where it is installed);
 #   3. the multi-rank thread tests under ThreadSanitizer;
 #   4. the wire parsers under libFuzzer, 10 s per target (tests/fuzz; skipped without clang's libFuzzer);
 #   5. consumer projects: find_package with components against the installed package and the build
