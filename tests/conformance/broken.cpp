@@ -5,6 +5,8 @@
 // so, and name the cases.
 #include <doctest/doctest.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <tutti/testing/conformance.hpp>
@@ -67,6 +69,48 @@ TEST_CASE("conformance: the suite fails a transport that does not check what its
   auto body = [&](auto& comm, testing::report& r) { testing::check_collectives<algo::ring, float>(comm, r, 7, op::sum{}); };
   run.each(body, results, "results over the masking transport");
   CHECK_MESSAGE(results.ok(), results.text());
+}
+
+TEST_SUITE_END();
+
+TEST_SUITE_BEGIN("unit");
+
+// The suite's large buffers come from testing::block_pool: a freed block is reused (already paged
+// in), and under AddressSanitizer the bytes past a buffer's end and a kept block are poisoned, so
+// a schedule that writes past a buffer or into a freed one is still caught. 37 MiB + 4 bytes: a
+// block size (38 MiB) no other test's buffers use.
+TEST_CASE("conformance: the suite's large buffers reuse freed blocks, poisoned past their end and while kept") {
+  const std::size_t n = (std::size_t{37} << 20) / sizeof(float) + 1;
+  const float* first = nullptr;
+  {
+    testing::suite_buffer<float> a;
+    a.resize_for_overwrite(n);
+    first = a.data();
+    a[0] = 1.0f;
+    a[n - 1] = 2.0f;
+    CHECK(reinterpret_cast<std::uintptr_t>(first) % alignof(std::max_align_t) == 0);
+#if defined(TUTTI_TESTING_ASAN)
+    CHECK_FALSE(__asan_address_is_poisoned(a.data() + n - 1));
+    CHECK(__asan_address_is_poisoned(a.data() + n));
+#endif
+  }
+#if defined(TUTTI_TESTING_ASAN)
+  CHECK(__asan_address_is_poisoned(first));  // kept by the pool
+#endif
+  testing::suite_buffer<float> b;
+  b.resize_for_overwrite(n - 2);
+  CHECK(b.data() == first);
+  b[n - 3] = 3.0f;
+#if defined(TUTTI_TESTING_ASAN)
+  CHECK(__asan_address_is_poisoned(b.data() + (n - 2)));
+#endif
+  // A copy is a buffer of its own; a small buffer is not pooled.
+  const testing::suite_buffer<float> c(b);
+  CHECK(c.data() != b.data());
+  CHECK(c[n - 3] == 3.0f);
+  testing::suite_buffer<float> small;
+  small.resize_for_overwrite(16);
+  CHECK(small.size() == 16);
 }
 
 TEST_SUITE_END();

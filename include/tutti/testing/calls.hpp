@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <span>
 #include <string>
@@ -28,17 +29,107 @@
 #include <sys/mman.h>
 #endif
 
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TUTTI_TESTING_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) && !defined(TUTTI_TESTING_ASAN)
+#define TUTTI_TESTING_ASAN 1
+#endif
+#if defined(TUTTI_TESTING_ASAN)
+#include <sanitizer/asan_interface.h>
+#endif
+
 namespace tutti::testing {
+
+/// The large blocks the suite's buffers free, kept for the next buffer of about their size: a
+/// check allocates and frees buffers of 16 MiB over and over, and each fresh one arrives as
+/// thousands of page faults (under the sanitizers, whose allocators map every large block afresh,
+/// a quarter of a process conformance part's time). A kept block and the bytes of a reused one
+/// beyond the buffer's size are poisoned under AddressSanitizer, so a write past a buffer's end
+/// or into a freed one is still reported (as use-after-poison); elsewhere the reuse is as good
+/// as a new block. Thread-safe: the in-process suite's ranks are threads.
+class block_pool {
+ public:
+  static constexpr std::size_t smallest = std::size_t{1} << 20;  ///< smaller blocks are not kept
+  static constexpr std::size_t alignment = 64;
+
+  static block_pool& instance() {
+    // Never destroyed: buffers may outlive any static, and the blocks it keeps stay reachable
+    // (LeakSanitizer does not report them at exit).
+    static block_pool* const pool = new block_pool;
+    return *pool;
+  }
+  /// A block of at least `bytes` (>= smallest) bytes, 64-byte aligned; its size in `capacity`.
+  void* take(std::size_t bytes, std::size_t& capacity) {
+    {
+      std::lock_guard lock(mu_);
+      std::size_t best = blocks_.size();
+      for (std::size_t i = 0; i < blocks_.size(); ++i)  // the smallest block that fits, at most twice the size
+        if (blocks_[i].bytes >= bytes && blocks_[i].bytes / 2 <= bytes &&
+            (best == blocks_.size() || blocks_[i].bytes < blocks_[best].bytes))
+          best = i;
+      if (best != blocks_.size()) {
+        const block b = blocks_[best];
+        blocks_[best] = blocks_.back();
+        blocks_.pop_back();
+        kept_ -= b.bytes;
+        capacity = b.bytes;
+        unpoison(b.at, bytes);
+        return b.at;
+      }
+    }
+    capacity = (bytes + smallest - 1) / smallest * smallest;  // whole MiB: more blocks fit more sizes
+    void* p = ::operator new(capacity, std::align_val_t(alignment));
+    poison(static_cast<char*>(p) + bytes, capacity - bytes);
+    return p;
+  }
+  /// Returns a block from take(); kept while the pool holds less than `most` bytes.
+  void give(void* p, std::size_t capacity) noexcept {
+    {
+      std::lock_guard lock(mu_);
+      if (kept_ + capacity <= most && blocks_.size() < blocks_.capacity()) {
+        poison(p, capacity);
+        blocks_.push_back({p, capacity});
+        kept_ += capacity;
+        return;
+      }
+    }
+    unpoison(p, capacity);
+    ::operator delete(p, std::align_val_t(alignment));
+  }
+
+ private:
+  static constexpr std::size_t most = std::size_t{256} << 20;
+  struct block {
+    void* at;
+    std::size_t bytes;
+  };
+  block_pool() { blocks_.reserve(most / smallest); }  // give() never allocates
+  static void poison([[maybe_unused]] void* p, [[maybe_unused]] std::size_t n) noexcept {
+#if defined(TUTTI_TESTING_ASAN)
+    if (n) __asan_poison_memory_region(p, n);
+#endif
+  }
+  static void unpoison([[maybe_unused]] void* p, [[maybe_unused]] std::size_t n) noexcept {
+#if defined(TUTTI_TESTING_ASAN)
+    __asan_unpoison_memory_region(p, n);
+#endif
+  }
+  std::mutex mu_;
+  std::vector<block> blocks_;
+  std::size_t kept_ = 0;
+};
 
 /// The conformance suite's buffers: a vector of trivially copyable elements, sized for
 /// overwriting and copied with memcpy, where a std::vector with any allocator but std::allocator
-/// constructs element by element (at -O0, in the sanitizer builds, most of a check's time), and
-/// asks for the whole 2 MiB pages inside a buffer of 4 MiB or more as transparent huge pages
+/// constructs element by element (at -O0, in the sanitizer builds, most of a check's time). A
+/// buffer of 1 MiB or more takes its block from `block_pool` (reused, already paged in) and asks
+/// for the whole 2 MiB pages inside a new block of 4 MiB or more as transparent huge pages
 /// (`MADV_HUGEPAGE`, best effort: the kernels that back anonymous memory with huge pages only on
-/// request then do). The sanitizers' allocators map every large buffer afresh, so a check's
-/// 16 MiB buffers otherwise arrive as 4,096 faults of 4 KiB each: on a virtual machine a third of
-/// the AddressSanitizer suite's time. The memory is `operator new`'s (the sanitizers' redzones
-/// and quarantine stay).
+/// request then do). The memory is `operator new`'s (the sanitizers' redzones stay; the pool
+/// poisons what it keeps).
 template <class T>
 class suite_buffer {
   static_assert(std::is_trivially_copyable_v<T>, "tutti::testing::suite_buffer holds trivially copyable elements");
@@ -80,18 +171,30 @@ class suite_buffer {
   const T& operator[](std::size_t i) const noexcept { return p_.get()[i]; }
 
  private:
+  static constexpr bool poolable = alignof(T) <= block_pool::alignment;
   struct release {
-    void operator()(T* p) const noexcept { ::operator delete(static_cast<void*>(p), std::align_val_t(alignof(T))); }
+    std::size_t pooled = 0;  ///< the block's size when it came from block_pool, else 0
+    void operator()(T* p) const noexcept {
+      if (pooled)
+        block_pool::instance().give(p, pooled);
+      else
+        ::operator delete(static_cast<void*>(p), std::align_val_t(alignof(T)));
+    }
   };
   void allocate(std::size_t n) {
-    p_.reset(n ? static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(alignof(T)))) : nullptr);
+    const std::size_t bytes = n * sizeof(T);
     n_ = n;
+    if (!poolable || bytes < block_pool::smallest) {
+      p_ = std::unique_ptr<T, release>(n ? static_cast<T*>(::operator new(bytes, std::align_val_t(alignof(T)))) : nullptr);
+      return;
+    }
+    std::size_t capacity = 0;
+    p_ = std::unique_ptr<T, release>(static_cast<T*>(block_pool::instance().take(bytes, capacity)), release{capacity});
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     constexpr std::uintptr_t huge = std::uintptr_t{2} << 20;
     const auto at = reinterpret_cast<std::uintptr_t>(p_.get());
-    const std::uintptr_t first = (at + huge - 1) & ~(huge - 1), last = (at + n * sizeof(T)) & ~(huge - 1);
-    if (n * sizeof(T) >= 2 * huge && last > first)
-      (void)::madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
+    const std::uintptr_t first = (at + huge - 1) & ~(huge - 1), last = (at + bytes) & ~(huge - 1);
+    if (bytes >= 2 * huge && last > first) (void)::madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
 #endif
   }
   std::unique_ptr<T, release> p_;
