@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <utility>
 
 #include "tutti/transport/shm/diagnosis.hpp"
 #include "tutti/transport/toolkit/host.hpp"
@@ -64,6 +65,7 @@ TUTTI_COLD TUTTI_DECL std::string blocked_chain(const segment& seg, const toolki
 TUTTI_DECL void check_cycle(const segment& seg, const toolkit::group_map& g, const header& h, const wait_context& w,
                             std::vector<std::uint64_t>& last) {
   std::vector<std::uint64_t> seen;
+  std::vector<std::pair<int, fingerprint>> calls;  // each other rank of the cycle and the call it waits in
   std::string chain;
   std::vector<bool> visited(seg.pids.size());
   int r = seg.world_rank;
@@ -84,6 +86,7 @@ TUTTI_DECL void check_cycle(const segment& seg, const toolkit::group_map& g, con
     visited[static_cast<std::size_t>(r)] = true;
     seen.push_back(static_cast<std::uint64_t>(r));
     seen.push_back(pw->gen);
+    if (r != seg.world_rank) calls.emplace_back(r, pw->fp);
     chain += (chain.empty() ? g.world_name(r) : ", which") + " " + waits_how(pw->how) + " " + g.world_name(pw->peer);
     if (pw->peer == seg.world_rank) break;
     r = pw->peer;
@@ -92,6 +95,17 @@ TUTTI_DECL void check_cycle(const segment& seg, const toolkit::group_map& g, con
     last = std::move(seen);
     return;
   }
+  // Ranks of the cycle in calls that differ disagree, and each rank that waits for one of them
+  // names the difference; this rank's own peer may agree with it, and it may see the cycle
+  // before their notice comes: it names the difference too (with the cycle), as they do.
+  fingerprint mine = h.fp;
+  mine.context = g.context();
+  if (mine.coll != collective::send_recv)
+    for (const auto& [world_r, theirs] : calls)
+      if (theirs.coll != collective::send_recv && theirs.context == mine.context && theirs != mine &&
+          g.local(world_r) >= 0)
+        toolkit::throw_left_behind(h, w.algorithm, mine, g.rank(), theirs, g.local(world_r),
+                                   " (the ranks wait for each other in a cycle: " + chain + ")");
   throw mismatch_error(toolkit::where(h, w.algorithm) + ": the ranks wait for each other in a cycle that nothing can "
                        "break: " + chain + " (each sends before the other receives, or each receives before the "
                        "other sends)");
