@@ -7,13 +7,7 @@ set -u
 tuttirun=$1 prog=$2
 pass=0 fail=0
 check() { if eval "$2"; then pass=$((pass + 1)); echo "PASS $1"; else fail=$((fail + 1)); echo "FAIL $1"; fi; }
-# A running tuttirun's flight-recorder directory (/tmp/tuttirun-flight.<pid>.*, gone when it exits)
-# may belong to another test's job running meanwhile: not a leftover.
-# Other tests' files come and go meanwhile (the Gloo peers' store, $TMPDIR/tutti-gloo-bench-*): only
-# an entry that is there after the jobs and was not before counts, and not those.
-snapshot() { ls -A /dev/shm /tmp 2>/dev/null | grep -i tutti | grep -v '^tuttirun-flight\.\|^tutti-gloo-bench-' | sort; }
-new_entries() { comm -13 <(printf '%s\n' "$before") <(printf '%s\n' "$after") | grep -v '^$'; }
-before=$(snapshot)
+source "$(dirname "$0")/leftovers.sh"
 # 100000 floats go through the windows; at np=3 also 1000000 (4 MB), which survivors read straight
 # from the victim's memory (single copy) while it dies.
 # Then point-to-point rounds (a ring of isend and recv), rendezvous-sized and eager.
@@ -30,7 +24,6 @@ for run in 2:100000 3:100000 4:100000 5:100000 3:1000000 2:100000:p2p 4:100000:p
   check "np=$np$mode no abstract socket left" "! grep -q 'tutti\.[0-9]*\.$job' /proc/net/unix"
   [[ $fail -eq 0 ]] || echo "$out" | tail -20
 done
-after=$(snapshot)
-check "nothing new in /dev/shm or /tmp" "! new_entries"
+check "nothing new in /dev/shm or /tmp" "! new_leftovers"
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]

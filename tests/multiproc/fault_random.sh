@@ -25,13 +25,7 @@ keep=()
 echo "fault_random $transport${keep:+ (shrink)}: $trials trials from seed $base (replay one: TUTTI_FAULT_SEED=<seed> $0 $*)"
 pass=0 fail=0 failed_seeds=()
 check() { if eval "$2"; then pass=$((pass + 1)); else fail=$((fail + 1)); bad=1; echo "FAIL seed $seed: $1"; fi; }
-# A running tuttirun's flight-recorder directory (/tmp/tuttirun-flight.<pid>.*, gone when it exits)
-# may belong to another test's job running meanwhile: not a leftover.
-# Other tests' files come and go meanwhile (the Gloo peers' store, $TMPDIR/tutti-gloo-bench-*): only
-# an entry that is there after the jobs and was not before counts, and not those.
-snapshot() { ls -A /dev/shm /tmp 2>/dev/null | grep -i tutti | grep -v '^tuttirun-flight\.\|^tutti-gloo-bench-' | sort; }
-new_entries() { comm -13 <(printf '%s\n' "$before") <(printf '%s\n' "$after") | grep -v '^$'; }
-before=$(snapshot)
+source "$(dirname "$0")/leftovers.sh"
 start_all=$SECONDS
 for ((t = 0; t < trials; ++t)); do
   seed=$((base + t)) bad=0
@@ -71,8 +65,7 @@ for ((t = 0; t < trials; ++t)); do
     echo "$out" | tail -25 | sed 's/^/  | /'
   fi
 done
-after=$(snapshot)
 seed=all
-check "nothing new in /dev/shm or /tmp" "! new_entries"
+check "nothing new in /dev/shm or /tmp" "! new_leftovers"
 echo "fault_random $transport${keep:+ (shrink)}: $trials trials in $((SECONDS - start_all)) s, $pass checks passed, $fail failed${failed_seeds[*]:+; failed seeds: ${failed_seeds[*]}}"
 [[ $fail -eq 0 ]]

@@ -10,13 +10,7 @@ runs=("$@")
 [[ ${#runs[@]} -gt 0 ]] || runs=(3:2 4:3 4:0)
 pass=0 fail=0
 check() { if eval "$2"; then pass=$((pass + 1)); echo "PASS $1"; else fail=$((fail + 1)); echo "FAIL $1"; fi; }
-# A running tuttirun's flight-recorder directory (/tmp/tuttirun-flight.<pid>.*, gone when it exits)
-# may belong to another test's job running meanwhile: not a leftover.
-# Other tests' files come and go meanwhile (the Gloo peers' store, $TMPDIR/tutti-gloo-bench-*): only
-# an entry that is there after the jobs and was not before counts, and not those.
-snapshot() { ls -A /dev/shm /tmp 2>/dev/null | grep -i tutti | grep -v '^tuttirun-flight\.\|^tutti-gloo-bench-' | sort; }
-new_entries() { comm -13 <(printf '%s\n' "$before") <(printf '%s\n' "$after") | grep -v '^$'; }
-before=$(snapshot)
+source "$(dirname "$0")/leftovers.sh"
 for run in "${runs[@]}"; do
   np=${run%%:*} victim=${run#*:}
   IFS=, read -r -a lost <<<"$victim"
@@ -35,7 +29,6 @@ for run in "${runs[@]}"; do
     "[[ \$(grep -c 'finished all 10 steps with $left ranks' <<<\"\$out\") -eq $left ]]"
   [[ $fail -eq 0 ]] || echo "$out" | tail -30
 done
-after=$(snapshot)
-check "nothing new in /dev/shm or /tmp" "! new_entries"
+check "nothing new in /dev/shm or /tmp" "! new_leftovers"
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]
