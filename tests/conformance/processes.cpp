@@ -5,7 +5,6 @@
 // one stays failed, and the world communicator, never part of a failure, gathers what each rank
 // saw; rank 0 judges. ctest runs the results at 2..5 processes and the rest at 2 and 3:
 //   tuttirun --nproc-per-node=3 tutti_conformance_shm -tc='*disagree*'
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <cstdio>

@@ -4,7 +4,6 @@
 // tests/multiproc/two_hosts.sh (two tuttirun --nnodes=2 on loopback, told apart by
 // TUTTI_NODE_ID) and tests/multiproc/netns.sh (hosts as network namespaces: one hostname, one
 // kernel, different namespaces; 2+2, 2+2+2 and 2+1+1 numbered out of host order).
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <algorithm>

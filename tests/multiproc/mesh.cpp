@@ -4,7 +4,6 @@
 // by the ranks' node keys (TUTTI_NODE_ID here, standing in for hosts) that such an axis lies
 // within hosts, also when the hosts' ranks are not numbered host by host.
 //   tuttirun --nproc-per-node=6 tutti_mesh_shm        tuttirun --nproc-per-node=4 tutti_mesh_tcp
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <cstdlib>

@@ -2,7 +2,6 @@
 // point-to-point algorithm over MPI_Isend/MPI_Irecv, and algo::native over MPI's own collectives.
 // Run under mpirun: `mpirun --allow-run-as-root --oversubscribe -np N tutti_mpi_tests` (ctest does
 // so for N = 2..4).
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <sys/resource.h>

@@ -1,7 +1,6 @@
 // What tutti::shm does beyond the conformance suite (tests/conformance/processes.cpp), as real
 // processes: messages past the rings and windows, sub-groups, the arena, large blocks. Run under
 // the launcher: `tuttirun --nproc-per-node=N tutti_shm_tests` (ctest does so for N = 2..5).
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <numeric>

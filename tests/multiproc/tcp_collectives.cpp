@@ -1,7 +1,6 @@
 // The multi-rank test bodies of tests/group/ again, as real processes over tutti::tcp. Run under
 // the launcher: `tuttirun --nproc-per-node=N tutti_tcp_tests` (ctest does so for N = 2..5, over
 // IPv6, and striped over 3 streams), or on several nodes (tests/multiproc/netns.sh).
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <numeric>
