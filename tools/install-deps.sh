@@ -3,7 +3,7 @@
 # Usage: tools/install-deps.sh   (as root, or with sudo available)
 set -euo pipefail
 
-packages=(cmake ninja-build pkgconf g++ clang libclang-rt-14-dev doctest-dev libasio-dev libopenmpi-dev openmpi-bin gnuplot-nox jq iperf3 libgloo-dev iproute2 mpich libmpich-dev)
+packages=(cmake ninja-build pkgconf g++ clang libclang-rt-14-dev lld doctest-dev libasio-dev libopenmpi-dev openmpi-bin gnuplot-nox jq iperf3 libgloo-dev iproute2 mpich libmpich-dev)
 
 missing=()
 for p in "${packages[@]}"; do

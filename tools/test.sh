@@ -167,8 +167,12 @@ fi
 # build: 968 s of compile jobs against 1,895; the shm conformance program 55 s of CPU against
 # 128), its -O0 code runs the ASan suite about 1.1x slower, and -O1 would cost 4x the compile
 # time. The release build stays g++'s, so that both compilers check the code.
+# They link with lld where it is installed: a sanitized program's link took 0.9 s of wall time
+# against GNU ld's 3.4 (the tcp conformance program under ASan), and the ASan build links about
+# 40 programs.
 sanitizer_flags=(-DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DTUTTI_BUILD_BENCH=OFF)
 command -v clang++ >/dev/null && sanitizer_flags+=(-DCMAKE_CXX_COMPILER=clang++)
+command -v ld.lld >/dev/null && sanitizer_flags+=(-DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=lld)
 # The examples run in the release suite; built again here they cost about 2.5 of CI's 30 minutes.
 cmake -S . -B build-asan -G Ninja "${sanitizer_flags[@]}" -DTUTTI_SANITIZE=address,undefined -DTUTTI_BUILD_EXAMPLES=OFF >/dev/null
 asan_build() {
