@@ -49,18 +49,35 @@ trap stage_table EXIT
 step "install dependencies"
 tools/install-deps.sh
 
-# The consumer projects: find_package (install, build tree), add_subdirectory, pkg-config.
+# The consumer projects: find_package (install, build tree), add_subdirectory, pkg-config. The four
+# kinds build side by side (each is mostly one compile or one configure at a time), each into a
+# log of its own that is printed when it ends; each check that passed adds a line to build-pkg/passed.
 consumer_projects() {
   rm -rf build-pkg && mkdir -p build-pkg
   prefix=$root/build-pkg/prefix
   cmake --install build --prefix "$prefix" >/dev/null
-  consumers=0
-  consumer() { "$@"; consumers=$((consumers + 1)); }
+  consumer() { "$@" && echo "$*" >>"$root/build-pkg/passed"; }
   # The mpi component is required where tutti's build found an MPI (it then installs tutti-mpi.pc).
   pcdir=$(dirname "$(find "$prefix" -name tutti.pc)")
   want_mpi=OFF
   [[ -e $pcdir/tutti-mpi.pc ]] && want_mpi=ON
-  # 1. find_package(tutti CONFIG REQUIRED COMPONENTS tcp [mpi]) against the install.
+  local kinds=(find_package build_tree subdirectory pkg_config) pids=() kind status=0
+  for kind in "${kinds[@]}"; do
+    (set -e; "consumers_$kind") >"build-pkg/$kind.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${!kinds[@]}"; do
+    if wait "${pids[$i]}"; then cat "build-pkg/${kinds[$i]}.log"; else
+      status=1
+      cat "build-pkg/${kinds[$i]}.log"
+      echo "consumer projects: ${kinds[$i]} failed" >&2
+    fi
+  done
+  ((status == 0)) || return 1
+  echo "consumer projects: $(wc -l <build-pkg/passed) passed, 0 failed"
+}
+# 1. find_package(tutti CONFIG REQUIRED COMPONENTS tcp [mpi]) against the install.
+consumers_find_package() {
   cmake -S tests/package -B build-pkg/find -G Ninja -DCMAKE_PREFIX_PATH="$prefix" -DTUTTI_WANT_MPI=$want_mpi \
     -DTUTTI_WANT_COMPILED=ON >/dev/null
   cmake --build build-pkg/find
@@ -80,16 +97,22 @@ consumer_projects() {
     exit 1
   fi
   consumer grep -q 'nosuch: no such component' build-pkg/missing.log
-  # 2. The build tree's export: find_package(tutti CONFIG PATHS build), nothing installed.
+}
+# 2. The build tree's export: find_package(tutti CONFIG PATHS build), nothing installed.
+consumers_build_tree() {
   cmake -S tests/package -B build-pkg/tree -G Ninja -DTUTTI_BUILD_TREE="$root/build" >/dev/null
   cmake --build build-pkg/tree --target consumer
   consumer ./build-pkg/tree/consumer
-  # 3. add_subdirectory of the source tree.
+}
+# 3. add_subdirectory of the source tree.
+consumers_subdirectory() {
   cmake -S tests/package/subdir -B build-pkg/subdir -G Ninja -DTUTTI_SOURCE_DIR="$root" >/dev/null
   cmake --build build-pkg/subdir
   consumer ./build-pkg/subdir/consumer
   consumer ./build-pkg/subdir/consumer_tcp
-  # 4. pkg-config, no CMake: tutti.pc and tutti-tcp.pc (and tutti-mpi.pc: compiled and linked).
+}
+# 4. pkg-config, no CMake: tutti.pc and tutti-tcp.pc (and tutti-mpi.pc: compiled and linked).
+consumers_pkg_config() {
   export PKG_CONFIG_PATH=$pcdir
   c++ -std=c++20 tests/package/main.cpp $(pkg-config --cflags --libs tutti) -o build-pkg/pc_consumer
   consumer ./build-pkg/pc_consumer
@@ -98,8 +121,6 @@ consumer_projects() {
   if [[ $want_mpi == ON ]]; then
     consumer c++ -std=c++20 tests/package/main_mpi.cpp $(pkg-config --cflags --libs tutti-mpi) -o build-pkg/pc_consumer_mpi
   fi
-  unset PKG_CONFIG_PATH
-  echo "consumer projects: $consumers passed, 0 failed"
 }
 
 quick=false
