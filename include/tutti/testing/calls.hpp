@@ -188,8 +188,12 @@ class suite_buffer {
       p_ = std::unique_ptr<T, release>(n ? static_cast<T*>(::operator new(bytes, std::align_val_t(alignof(T)))) : nullptr);
       return;
     }
+    // take() first: it sets `capacity`, which the deleter keeps (the two as arguments of one
+    // call would be evaluated in an unspecified order; GCC made the deleter first, with 0, and
+    // every block was deleted instead of kept).
     std::size_t capacity = 0;
-    p_ = std::unique_ptr<T, release>(static_cast<T*>(block_pool::instance().take(bytes, capacity)), release{capacity});
+    T* const p = static_cast<T*>(block_pool::instance().take(bytes, capacity));
+    p_ = std::unique_ptr<T, release>(p, release{capacity});
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     constexpr std::uintptr_t huge = std::uintptr_t{2} << 20;
     const auto at = reinterpret_cast<std::uintptr_t>(p_.get());
