@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <tutti/tutti.hpp>
@@ -287,6 +288,45 @@ TEST_CASE("a ranged TUTTI_ALGO picks the algorithm per call size, as explain() a
         // the line the call itself logged: the algorithm run() chose, not just what explain says
         CHECK(has(log, "[tutti rank " + std::to_string(r) + "] " + want[i]));
       }
+    }
+  }
+}
+
+TEST_CASE("automatic's remembered choice: every call runs what explain() says as collective and size change") {
+  // Without TUTTI_DEBUG=info the communicator's automatic reuses its last answer while the
+  // collective and the size repeat (`communicator::choice`): a change of either chooses again.
+  const std::pair<collective, std::size_t> calls[] = {  // floats: 1 KiB, 8 KiB
+      {collective::all_reduce, 256},  {collective::all_reduce, 256}, {collective::all_reduce, 2048},
+      {collective::all_reduce, 2048}, {collective::broadcast, 256},  {collective::all_reduce, 256},
+      {collective::broadcast, 2048},  {collective::broadcast, 256},  {collective::all_reduce, 2048}};
+  for (int n : {3, 4}) {
+    CAPTURE(n);
+    tutti::config cfg;
+    cfg.algo_override = "all_reduce=direct@<=1K,ring@>=4K, broadcast=ring@<=1K";
+    std::vector<std::vector<std::string>> ran(static_cast<std::size_t>(n)), said(static_cast<std::size_t>(n));
+    (void)run_logged(n, cfg, [&](auto& comm) {
+      const auto me = static_cast<std::size_t>(comm.rank());
+      comm.on_end([&, me](const tutti::op_event& e) { ran[me].push_back(std::string(e.algorithm)); });
+      for (const auto& [c, count] : calls) {
+        said[me].push_back(comm.explain(c, count * 4));
+        std::vector<float> v(count, 1.0f);
+        if (c == collective::all_reduce) comm.all_reduce(tutti::view<float>(v.data(), v.size()));
+        else comm.broadcast(tutti::view<float>(v.data(), v.size()), 0);
+      }
+    });
+    for (int r = 0; r < n; ++r) {
+      CAPTURE(r);
+      const auto& got = ran[static_cast<std::size_t>(r)];
+      REQUIRE(got.size() == std::size(calls));
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        CAPTURE(i);
+        CAPTURE(said[static_cast<std::size_t>(r)][i]);
+        CHECK(has(said[static_cast<std::size_t>(r)][i], ": " + got[i] + " ("));
+      }
+      CHECK(got[0] == "direct");
+      CHECK(got[2] == "ring");
+      CHECK(got[4] == "ring");
+      CHECK(got[5] == "direct");
     }
   }
 }

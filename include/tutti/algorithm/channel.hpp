@@ -46,6 +46,9 @@ class channel {
   int rank() const { return t_.rank(); }
   int size() const { return t_.size(); }
   const fingerprint& fp() const noexcept { return fp_; }
+  /// The fingerprint's algorithm: the one whose schedule runs on this channel (`automatic`
+  /// chooses it after the call's fingerprint was made).
+  void set_algorithm_id(std::uint32_t id) noexcept { fp_.algo = id; }
   std::string_view algorithm() const noexcept { return wait_.algorithm; }
   /// The deadline and names every blocking call of this collective uses.
   const wait_context& wait() const noexcept { return wait_; }

@@ -150,7 +150,16 @@ class flight_recorder {
     if (slot_) slot_->used.store(false, std::memory_order_release);
     slot_ = nullptr;
   }
+  /// `name_` from `algorithm` (cold: once per change of the algorithm's name).
+  void remember_name(std::string_view algorithm) noexcept;
   flight_slot* slot_ = nullptr;
+  /// The last algorithm's name as a record keeps it (NUL-padded), and the view it came from:
+  /// a call names its algorithm by a string that lives as long as the program (the algorithm's
+  /// `name`, a literal), mostly the same as the last call's, which then costs a fixed 24-byte
+  /// copy rather than a measured one.
+  const char* name_from_ = nullptr;
+  std::size_t name_size_ = 0;
+  char name_[sizeof flight_record::algorithm]{};
 };
 
 }  // namespace tutti::detail

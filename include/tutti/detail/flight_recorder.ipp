@@ -258,17 +258,25 @@ TUTTI_DECL flight_mark flight_recorder::begin(const fingerprint& fp, std::string
   const std::int64_t now = realtime_ns();
   if (!slot_) return {0, now};
   const std::uint64_t i = slot_->next.load(std::memory_order_relaxed);
+  if (algorithm.data() != name_from_ || algorithm.size() != name_size_) [[unlikely]]
+    remember_name(algorithm);
   write(i, [&](flight_record& r) {
     r.fp = fp;
-    const std::size_t n = std::min(algorithm.size(), sizeof r.algorithm - 1);
-    std::memcpy(r.algorithm, algorithm.data(), n);
-    r.algorithm[n] = '\0';
+    std::memcpy(r.algorithm, name_, sizeof r.algorithm);
     r.start_ns = now;
     r.end_ns = 0;
     r.state = flight_state::running;
   });
   slot_->next.store(i + 1, std::memory_order_release);
   return {i, now};
+}
+
+TUTTI_COLD TUTTI_DECL void flight_recorder::remember_name(std::string_view algorithm) noexcept {
+  const std::size_t n = std::min(algorithm.size(), sizeof name_ - 1);
+  std::memset(name_, 0, sizeof name_);
+  std::memcpy(name_, algorithm.data(), n);
+  name_from_ = algorithm.data();
+  name_size_ = algorithm.size();
 }
 
 TUTTI_DECL std::int64_t flight_recorder::end(std::uint64_t i, bool ok) noexcept {

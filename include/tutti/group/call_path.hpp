@@ -168,10 +168,20 @@ auto communicator<Transport, Algorithm>::checked(const desc<T, Op>& d) {
     }
   }
 
-  // The fingerprint, then what the peers must hear of.
+  // The call as a schedule takes it: the op as the kernels run it (avg as sum).
+  const auto kop = [&] {  // (info(C), not row: nvcc's front end takes no constexpr local in a lambda)
+    if constexpr (info(C).reduces) return kernel_op(d.op);
+    else return algo::no_op{};
+  }();
+  using K = std::remove_const_t<decltype(kop)>;
+
+  // The fingerprint, made where the call keeps it (each copy of it is seven stores and loads on
+  // every call), then what the peers must hear of.
   std::uint32_t op_id = 0;
   if constexpr (row.reduces) op_id = op_traits<Op>::id();
-  auto fp = next_fp(C, dtype_of<T>(), fp_count, row.rooted ? d.root : -1, op_id);
+  checked_call<T, K> c{next_fp(C, dtype_of<T>(), fp_count, row.rooted ? d.root : -1, op_id), basis,
+                       {d.in, d.out, d.root, b, r, kop}, p == 1};
+  fingerprint& fp = c.fp;
   if constexpr (row.where == counts_at::every_rank) fp.shape = detail::counts_digest(d.counts);
   if constexpr (row.counts == counts_kind::per_rank && row.where != counts_at::own_row) {
     // this rank's own block: a size its peers expect
@@ -190,13 +200,6 @@ auto communicator<Transport, Algorithm>::checked(const desc<T, Op>& d) {
     }
   }
 
-  // The call as a schedule takes it: the op as the kernels run it (avg as sum).
-  const auto kop = [&] {  // (info(C), not row: nvcc's front end takes no constexpr local in a lambda)
-    if constexpr (info(C).reduces) return kernel_op(d.op);
-    else return algo::no_op{};
-  }();
-  using K = std::remove_const_t<decltype(kop)>;
-  checked_call<T, K> c{fp, basis, {d.in, d.out, d.root, b, r, kop}, p == 1};
   if (c.alone) {
     if (!broken_.empty() || aborted()) [[unlikely]]
       refuse_alone();
@@ -211,7 +214,7 @@ auto communicator<Transport, Algorithm>::checked(const desc<T, Op>& d) {
 
 template <transport Transport, algorithm Algorithm>
 template <collective C, class A0, class X>
-void communicator<Transport, Algorithm>::run(const A0& a0, fingerprint fp, std::size_t bytes, const X& x) {
+void communicator<Transport, Algorithm>::run(const A0& a0, const fingerprint& fp, std::size_t bytes, const X& x) {
   const auto& a = [&]() -> const auto& {
     if constexpr (std::is_same_v<A0, algo::inherit>) return algo_;
     else return a0;
@@ -243,11 +246,7 @@ void communicator<Transport, Algorithm>::run(const A0& a0, fingerprint fp, std::
     }
   };
   if constexpr (detail::is_automatic<A>::value) {
-    const bool info_log = cfg_.debug == log_level::info;
-    std::string why;
-    const auto& pl = plan_for<A>();
-    const std::size_t i = a.choose(pl, C, bytes, info_log ? &why : nullptr);
-    if (info_log) detail::log(log_level::info, cfg_, rank(), explain_text(C, bytes, A::names[i], why));
+    const std::size_t i = choice(a, C, bytes);
     bool done = false;
     a.visit(i, [&](const auto& concrete) {
       using CA = std::remove_cvref_t<decltype(concrete)>;
@@ -269,8 +268,27 @@ void communicator<Transport, Algorithm>::run(const A0& a0, fingerprint fp, std::
 }
 
 template <transport Transport, algorithm Algorithm>
+template <class A>
+std::size_t communicator<Transport, Algorithm>::choice(const A& a, collective c, std::size_t bytes) {
+  if (cfg_.debug == log_level::info) [[unlikely]] {
+    std::string why;
+    const std::size_t i = a.choose(plan_for<A>(), c, bytes, &why);
+    detail::log(log_level::info, cfg_, rank(), explain_text(c, bytes, A::names[i], why));
+    return i;
+  }
+  if constexpr (std::is_same_v<A, Algorithm>) {
+    if (last_choice_.coll == c && last_choice_.bytes == bytes) return last_choice_.index;
+    const std::size_t i = a.choose(*plan_, c, bytes);
+    last_choice_ = {c, bytes, i};
+    return i;
+  } else {
+    return a.choose(plan_for<A>(), c, bytes);
+  }
+}
+
+template <transport Transport, algorithm Algorithm>
 template <collective C, std::size_t S, class A>
-void communicator<Transport, Algorithm>::run_erased(const A& a, std::size_t candidate, fingerprint fp,
+void communicator<Transport, Algorithm>::run_erased(const A& a, std::size_t candidate, const fingerprint& fp,
                                                     const algo::call_args<detail::elem<S>, memory, detail::erased_op>& x) {
   if constexpr (detail::is_automatic<A>::value) {
     a.visit(candidate, [&](const auto& concrete) {
@@ -285,7 +303,7 @@ void communicator<Transport, Algorithm>::run_erased(const A& a, std::size_t cand
 
 template <transport Transport, algorithm Algorithm>
 void communicator<Transport, Algorithm>::run_compiled(const algorithm_type& a, const void* own, collective c,
-                                                      std::size_t s, std::size_t candidate, fingerprint fp,
+                                                      std::size_t s, std::size_t candidate, const fingerprint& fp,
                                                       const void* args) {
   compiled_entry run = nullptr;
   if constexpr (std::is_same_v<memory, host_memory> && !own_memory<Transport>) {
@@ -303,7 +321,7 @@ void communicator<Transport, Algorithm>::run_compiled(const algorithm_type& a, c
 template <transport Transport, algorithm Algorithm>
 template <collective C, std::size_t S>
 void communicator<Transport, Algorithm>::run_compiled_at(const algorithm_type& a, const void* own,
-                                                         std::size_t candidate, fingerprint fp, const void* args) {
+                                                         std::size_t candidate, const fingerprint& fp, const void* args) {
   const auto& x = *static_cast<const algo::call_args<detail::elem<S>, memory, detail::erased_op>*>(args);
   if (!own) {
     run_erased<C, S>(a, candidate, fp, x);
@@ -317,9 +335,8 @@ void communicator<Transport, Algorithm>::run_compiled_at(const algorithm_type& a
 
 template <transport Transport, algorithm Algorithm>
 template <collective C, class A, class X>
-void communicator<Transport, Algorithm>::execute(const A& a, fingerprint fp, const X& x) {
-  fp.algo = algorithm_id<A>();
-  channel<Transport> ch = channel_for(fp, A::name);
+void communicator<Transport, Algorithm>::execute(const A& a, const fingerprint& fp, const X& x) {
+  channel<Transport> ch = channel_of<A>(fp);
   recorded(ch, {static_cast<std::size_t>(C), std::max(x.in.size_bytes(), x.out.size_bytes())}, [&] {
     if constexpr (info(C).where == counts_at::every_rank) {
       // A difference in the counts every rank passes reaches this rank as the peer's sum and
@@ -447,7 +464,7 @@ void communicator<Transport, Algorithm>::fused_all_reduce(std::span<const view<T
 
 template <transport Transport, algorithm Algorithm>
 void communicator<Transport, Algorithm>::run_fused_compiled(const algorithm_type& a, std::size_t s, std::size_t candidate,
-                                                            fingerprint fp, const void* parts,
+                                                            const fingerprint& fp, const void* parts,
                                                             const detail::erased_op& op, std::size_t total) {
   if constexpr (std::is_same_v<memory, host_memory> && !own_memory<Transport>) {
     if (s == 1) return run_fused<1>(a, candidate, fp, fused_parts_of<1>(parts), op, total);
@@ -460,7 +477,7 @@ void communicator<Transport, Algorithm>::run_fused_compiled(const algorithm_type
 
 template <transport Transport, algorithm Algorithm>
 template <std::size_t S, class A>
-void communicator<Transport, Algorithm>::run_fused(const A& a, std::size_t candidate, fingerprint fp,
+void communicator<Transport, Algorithm>::run_fused(const A& a, std::size_t candidate, const fingerprint& fp,
                                                    std::span<const view<detail::elem<S>, memory>> parts,
                                                    const detail::erased_op& op, std::size_t total) {
   if constexpr (detail::is_automatic<A>::value) {
@@ -476,13 +493,12 @@ void communicator<Transport, Algorithm>::run_fused(const A& a, std::size_t candi
 
 template <transport Transport, algorithm Algorithm>
 template <class A, class E, class Op>
-void communicator<Transport, Algorithm>::fused_parts(const A& alg, fingerprint fp, std::span<const view<E, memory>> parts,
+void communicator<Transport, Algorithm>::fused_parts(const A& alg, const fingerprint& fp, std::span<const view<E, memory>> parts,
                                                      const Op& op, std::size_t total) {
   // Where the algorithm reads and writes the parts where they lie
   // (`algo::shared_memory::all_reduce_parts`), without a copy; else packed into a buffer kept
   // between runs (no page faults, nothing zeroed), reduced as one, unpacked.
-  fp.algo = algorithm_id<A>();
-  channel<Transport> ch = channel_for(fp, A::name);
+  channel<Transport> ch = channel_of<A>(fp);
   recorded(ch, {static_cast<std::size_t>(collective::all_reduce), total * sizeof(E)}, [&] {
     if constexpr (requires { alg.all_reduce_parts(ch, parts, op); }) {
       if (alg.all_reduce_parts(ch, parts, op)) return;

@@ -630,16 +630,16 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   auto checked(const desc<T, Op>& d);
   /// The schedule of `C` with the resolved algorithm (automatic: the one it chooses).
   template <collective C, class A, class X>
-  void run(const A& a, fingerprint fp, std::size_t bytes, const X& x);
+  void run(const A& a, const fingerprint& fp, std::size_t bytes, const X& x);
   /// A call of a rank-ordered op (`detail::rank_ordered_op`: `op::ordered`,
   /// `op::reproducible_sum`) of a reducing collective, after the checks (group/ordered_path.hpp):
   /// every rank's values moved raw by `run_moving`, folded where they are reduced, in rank order.
   template <collective C, class A, class T, class K>
-  void run_ordered(const A& a, fingerprint fp, std::size_t bytes, const algo::call_args<T, memory, K>& x);
+  void run_ordered(const A& a, const fingerprint& fp, std::size_t bytes, const algo::call_args<T, memory, K>& x);
   /// `run<C>` of a collective that moves bytes, with `a` where it has `C` on the transport, else
   /// with `algo::direct`.
   template <collective C, class A, class X>
-  void run_moving(const A& a, fingerprint fp, std::size_t bytes, const X& x);
+  void run_moving(const A& a, const fingerprint& fp, std::size_t bytes, const X& x);
   /// One rank's call of a rank-ordered op `K`: its own values are the multiset, and an op that
   /// folds itself folds them as any other (reproducible_sum's -0.0 is +0.0 at every rank count).
   template <class K, class T>
@@ -656,7 +656,7 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   /// compiled once per element size, not per element type and op. `candidate`: automatic's
   /// choice (ignored for a concrete algorithm).
   template <collective C, std::size_t S, class A>
-  void run_erased(const A& a, std::size_t candidate, fingerprint fp,
+  void run_erased(const A& a, std::size_t candidate, const fingerprint& fp,
                   const algo::call_args<detail::elem<S>, memory, detail::erased_op>& x);
   /// `run_erased<C, S>` with the communicator's own algorithm, for any scheduled collective `c`
   /// at element size `s` (`detail::compiled_size`), as one function (`args`: the call's
@@ -665,15 +665,15 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   /// `own`: null, or the call's own algorithm (`comm.all_reduce(v, op, algo::ring{...})`), of
   /// the type of `a`'s candidate number `candidate`, run with its own settings.
   void run_compiled(const algorithm_type& a, const void* own, collective c, std::size_t s, std::size_t candidate,
-                    fingerprint fp, const void* args);
+                    const fingerprint& fp, const void* args);
   /// `run_compiled`'s entries, one per scheduled collective (by value) and element size 1, 2, 4,
   /// 8 (null where `detail::compiled_size` is false): a table, so that a call finds its run in
   /// one load rather than by comparing rows. (Member templates, not template lambdas: nvcc's front
   /// end miscompiles those in an out-of-class member definition.)
-  using compiled_entry = void (communicator::*)(const algorithm_type&, const void*, std::size_t, fingerprint,
+  using compiled_entry = void (communicator::*)(const algorithm_type&, const void*, std::size_t, const fingerprint&,
                                                 const void*);
   template <collective C, std::size_t S>
-  void run_compiled_at(const algorithm_type& a, const void* own, std::size_t candidate, fingerprint fp,
+  void run_compiled_at(const algorithm_type& a, const void* own, std::size_t candidate, const fingerprint& fp,
                        const void* args);
   template <std::size_t I, std::size_t S>
   static constexpr compiled_entry compiled_entry_of() {
@@ -696,7 +696,7 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
            detail::compiled_size(C, S);
   }
   template <collective C, class A, class X>
-  void execute(const A& a, fingerprint fp, const X& x);
+  void execute(const A& a, const fingerprint& fp, const X& x);
   template <collective C, class A, class Ch, class X>
   static void schedule(const A& a, Ch& ch, const X& x);
 
@@ -719,6 +719,12 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   /// The plan of automatic_of type `A` (this communicator's own algorithm's, or the default's).
   template <class A>
   const typename A::plan& plan_for() const;
+  /// The candidate of automatic_of `A` that a call of `c` with `bytes` (its size basis) runs.
+  /// The communicator's own automatic remembers its last answer (`last_choice_`: a loop's calls
+  /// repeat their collective and size, and its plan does not change); with TUTTI_DEBUG=info
+  /// every choice is made afresh and logged with its reason.
+  template <class A>
+  std::size_t choice(const A& a, collective c, std::size_t bytes);
   /// Parses TUTTI_ALGO once (`config_error` at construction when malformed).
   void make_plans();
 
@@ -982,18 +988,18 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   template <class T, class Op, class Algo>
   void fused_all_reduce(std::span<const view<T, memory>> parts, const Op& op, const Algo& a);
   template <std::size_t S, class A>
-  void run_fused(const A& a, std::size_t candidate, fingerprint fp, std::span<const view<detail::elem<S>, memory>> parts,
+  void run_fused(const A& a, std::size_t candidate, const fingerprint& fp, std::span<const view<detail::elem<S>, memory>> parts,
                  const detail::erased_op& op, std::size_t total);
   /// `run_fused<s>` with the communicator's own algorithm, as one function (`parts`: the
   /// `span<const view<elem<s>>>`), compiled once in tutti::compiled as `run_compiled` is.
-  void run_fused_compiled(const algorithm_type& a, std::size_t s, std::size_t candidate, fingerprint fp, const void* parts,
+  void run_fused_compiled(const algorithm_type& a, std::size_t s, std::size_t candidate, const fingerprint& fp, const void* parts,
                           const detail::erased_op& op, std::size_t total);
   template <std::size_t S>
   static std::span<const view<detail::elem<S>, memory>> fused_parts_of(const void* parts) {
     return *static_cast<const std::span<const view<detail::elem<S>, memory>>*>(parts);
   }
   template <class A, class E, class Op>
-  void fused_parts(const A& alg, fingerprint fp, std::span<const view<E, memory>> parts, const Op& op, std::size_t total);
+  void fused_parts(const A& alg, const fingerprint& fp, std::span<const view<E, memory>> parts, const Op& op, std::size_t total);
 
   // ---- streams ------------------------------------------------------------------------------
 
@@ -1046,6 +1052,13 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   /// the counters its waits add to.
   channel<Transport> channel_for(const fingerprint& fp, std::string_view algorithm) {
     return channel<Transport>(t_, fp, algorithm, cfg_.timeout, scratch_, aborted_.get(), counters_.waits());
+  }
+  /// The channel of algorithm `A`'s schedule: the call's fingerprint with `A`'s id.
+  template <class A>
+  channel<Transport> channel_of(const fingerprint& fp) {
+    channel<Transport> ch = channel_for(fp, A::name);
+    ch.set_algorithm_id(algorithm_id<A>());
+    return ch;
   }
 
   /// What `recorded` counts of an operation besides its fingerprint: its kind
@@ -1366,6 +1379,12 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
                                                     algo::automatic>::plan>
       plan_;
   mutable std::shared_ptr<const algo::automatic::plan> default_plan_;
+  /// `choice`'s last answer for the communicator's own automatic (no call has `bytes` ~0).
+  struct {
+    collective coll = collective::barrier;
+    std::size_t bytes = ~std::size_t{0};
+    std::size_t index = 0;
+  } last_choice_;
   /// `f(whole)` on `parts` packed side by side in a buffer kept between runs (no page faults,
   /// nothing zeroed), then the parts unpacked from it: a fused all_reduce that no schedule runs
   /// where the parts lie.

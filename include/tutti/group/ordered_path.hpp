@@ -59,7 +59,7 @@ inline constexpr algo::shared_memory default_shared_memory{};
 
 template <transport Transport, algorithm Algorithm>
 template <collective C, class A, class T, class K>
-void communicator<Transport, Algorithm>::run_ordered(const A& a, fingerprint fp, std::size_t bytes,
+void communicator<Transport, Algorithm>::run_ordered(const A& a, const fingerprint& fp, std::size_t bytes,
                                                      const algo::call_args<T, memory, K>& x) {
   static_assert(std::is_same_v<memory, host_memory>,
                 "tutti: rank-ordered ops (op::ordered, op::reproducible_sum) fold on the host; the device "
@@ -179,7 +179,7 @@ void communicator<Transport, Algorithm>::run_ordered(const A& a, fingerprint fp,
 
 template <transport Transport, algorithm Algorithm>
 template <collective C, class A, class X>
-void communicator<Transport, Algorithm>::run_moving(const A& a, fingerprint fp, std::size_t bytes, const X& x) {
+void communicator<Transport, Algorithm>::run_moving(const A& a, const fingerprint& fp, std::size_t bytes, const X& x) {
   if constexpr (supports<A, C>) run<C>(a, fp, bytes, x);
   else run<C>(algo::direct{}, fp, bytes, x);
 }
