@@ -6,9 +6,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "tutti/detail/attributes.hpp"
 #include "tutti/core/collective.hpp"
@@ -38,8 +40,39 @@ struct fingerprint {
   std::uint8_t elem_size = 0;
   std::uint16_t reserved = 0;
 
-  friend bool operator==(const fingerprint&, const fingerprint&) = default;
+  /// Every member, compared as the 52 bytes they fill (not the padding after them): every
+  /// receiver compares the header it finds with the one it expects, and member by member that
+  /// was 11 compares and branches; as three 16-byte vectors and 4 bytes, 20 instructions.
+  friend constexpr bool operator==(const fingerprint& a, const fingerprint& b) noexcept {
+    if (!std::is_constant_evaluated()) {
+      const auto* p = reinterpret_cast<const char*>(&a);
+      const auto* q = reinterpret_cast<const char*>(&b);
+      std::uint32_t pt, qt;
+      std::memcpy(&pt, p + 48, sizeof pt);
+      std::memcpy(&qt, q + 48, sizeof qt);
+#if defined(__GNUC__)  // (GCC, Clang, and nvcc's front end: vector extensions, no intrinsics header)
+      using v2 = long long __attribute__((vector_size(16)));
+      v2 x[3], y[3];
+      std::memcpy(x, p, sizeof x);
+      std::memcpy(y, q, sizeof y);
+      const v2 d = (x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]);
+      return ((d[0] | d[1]) == 0) & (pt == qt);
+#else
+      std::uint64_t x[6], y[6];
+      std::memcpy(x, p, sizeof x);
+      std::memcpy(y, q, sizeof y);
+      return ((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3]) | (x[4] ^ y[4]) | (x[5] ^ y[5])) == 0 &&
+             pt == qt;
+#endif
+    }
+    return a.context == b.context && a.seq == b.seq && a.count == b.count && a.shape == b.shape &&
+           a.dtype == b.dtype && a.op == b.op && a.root == b.root && a.algo == b.algo && a.coll == b.coll &&
+           a.elem_size == b.elem_size && a.reserved == b.reserved;
+  }
 };
+static_assert(std::is_standard_layout_v<fingerprint> && std::is_trivially_copyable_v<fingerprint>);
+static_assert(offsetof(fingerprint, coll) == 48 && offsetof(fingerprint, reserved) + sizeof(std::uint16_t) == 52,
+              "fingerprint's operator== compares bytes 0..51 as the members' bytes");
 
 /// The header in front of every message: the fingerprint and the byte count of this message.
 struct header {
