@@ -18,13 +18,13 @@ class group_map {
  public:
   group_map() = default;
   /// The whole world of `world_size` ranks, this being `world_rank`, context 0.
-  group_map(int world_size, int world_rank) : size_(world_size), rank_(world_rank) {
+  group_map(int world_size, int world_rank) : rank_(world_rank) {
     members_.resize(static_cast<std::size_t>(world_size));
     for (int i = 0; i < world_size; ++i) members_[static_cast<std::size_t>(i)] = i;
   }
 
   int rank() const noexcept { return rank_; }
-  int size() const noexcept { return size_; }
+  int size() const noexcept { return static_cast<int>(members_.size()); }
   std::uint64_t context() const noexcept { return context_; }
   /// The world rank of group rank `r`.
   int world(int r) const noexcept { return members_[static_cast<std::size_t>(r)]; }
@@ -65,7 +65,6 @@ class group_map {
 
   std::vector<int> members_;
   std::vector<int> named_;  // own_links(): the world ranks, for names
-  int size_ = 0;            // members_.size(), which every call asks for several times
   int rank_ = 0;
   std::uint64_t context_ = 0;
 };

@@ -14,7 +14,6 @@ TUTTI_DECL group_map group_map::sub(std::span<const int> picked, std::uint64_t c
     if (m == rank_) g.rank_ = static_cast<int>(g.members_.size());
     g.members_.push_back(world(m));
   }
-  g.size_ = static_cast<int>(g.members_.size());
   return g;
 }
 
