@@ -71,8 +71,10 @@ struct fingerprint {
   }
 };
 static_assert(std::is_standard_layout_v<fingerprint> && std::is_trivially_copyable_v<fingerprint>);
-static_assert(offsetof(fingerprint, coll) == 48 && offsetof(fingerprint, reserved) + sizeof(std::uint16_t) == 52,
-              "fingerprint's operator== compares bytes 0..51 as the members' bytes");
+static_assert(offsetof(fingerprint, coll) == 48 && offsetof(fingerprint, reserved) + sizeof(std::uint16_t) == 52 &&
+                  sizeof(fingerprint) == 56,
+              "fingerprint's operator== compares bytes 0..51 as the members' bytes: a member added, even in the "
+              "4 bytes of padding after `reserved`, must join both of its branches");
 
 /// The header in front of every message: the fingerprint and the byte count of this message.
 struct header {
