@@ -41,14 +41,14 @@ class channel {
   channel(Transport& t, const fingerprint& fp, std::string_view algorithm, std::chrono::milliseconds timeout,
           detail::scratch_pool& scratch, const std::atomic<bool>* aborted = nullptr,
           std::atomic<std::int64_t>* waited_ns = nullptr)
-      : t_(t), fp_(fp), wait_{timeout, algorithm, aborted, waited_ns}, scratch_(scratch) {}
+      : t_(t), h_{fp, 0}, wait_{timeout, algorithm, aborted, waited_ns}, scratch_(scratch) {}
 
   int rank() const { return t_.rank(); }
   int size() const { return t_.size(); }
-  const fingerprint& fp() const noexcept { return fp_; }
+  const fingerprint& fp() const noexcept { return h_.fp; }
   /// The fingerprint's algorithm: the one whose schedule runs on this channel (`automatic`
   /// chooses it after the call's fingerprint was made).
-  void set_algorithm_id(std::uint32_t id) noexcept { fp_.algo = id; }
+  void set_algorithm_id(std::uint32_t id) noexcept { h_.fp.algo = id; }
   std::string_view algorithm() const noexcept { return wait_.algorithm; }
   /// The deadline and names every blocking call of this collective uses.
   const wait_context& wait() const noexcept { return wait_; }
@@ -57,7 +57,7 @@ class channel {
   /// Blocks until `peer` has taken `data` (or it is buffered by the medium).
   template <class T>
   void send(int peer, view<const T, memory> data) {
-    labelled([&] { t_.send(peer, hdr(data.size_bytes()), bytes(data), wait_); });
+    labelled([&] { t_.send(peer, own_hdr(data.size_bytes()), bytes(data), wait_); });
   }
   template <class T>
   void send(int peer, view<T, memory> data) {
@@ -67,7 +67,7 @@ class channel {
   /// Blocks until `data.size()` elements from `peer` have landed in `data`.
   template <class T>
   void recv(int peer, view<T, memory> data) {
-    labelled([&] { t_.recv(peer, hdr(data.size_bytes()), reinterpret_cast<std::byte*>(data.data()), wait_); });
+    labelled([&] { t_.recv(peer, own_hdr(data.size_bytes()), reinterpret_cast<std::byte*>(data.data()), wait_); });
   }
 
   /// Sends `out` to `to` while receiving `in` from `from` (full duplex; `to` may equal `from`).
@@ -212,7 +212,13 @@ class channel {
     };
   }
 
-  header hdr(std::size_t bytes) const { return header{fp_, bytes}; }
+  header hdr(std::size_t bytes) const { return header{h_.fp, bytes}; }
+  /// The header of one message sent or received on its own: the channel's, with its byte count
+  /// (not a copy: a transport reads a header during its call only).
+  const header& own_hdr(std::size_t bytes) noexcept {
+    h_.bytes = bytes;
+    return h_;
+  }
 
   /// Runs a transport call; inside a block label, says a header mismatch in the call's terms.
   /// What the block does not say (another field differs; counts that differ elsewhere than in
@@ -270,7 +276,7 @@ class channel {
   }
 
   Transport& t_;
-  fingerprint fp_;
+  header h_;  // the call's fingerprint; the byte count of the last own_hdr
   wait_context wait_;
   detail::scratch_pool& scratch_;
   int block_ = -1;  // the v-collective block the current message carries (block_label), or -1

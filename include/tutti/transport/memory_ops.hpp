@@ -8,6 +8,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "tutti/detail/copy.hpp"
 #include "tutti/op/kernels.hpp"
 #include "tutti/op/ops.hpp"
 #include "tutti/transport/capabilities.hpp"
@@ -19,7 +20,7 @@ template <class Transport>
 void copy_bytes(Transport& t, void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0 || dst == src) return;
   if constexpr (own_memory<Transport>) t.copy(static_cast<std::byte*>(dst), static_cast<const std::byte*>(src), bytes);
-  else std::memcpy(dst, src, bytes);
+  else copy_host(dst, src, bytes);
 }
 
 /// out[i] = op(a[i], b[i]) for i < n; `out` may be `a` or `b`.
