@@ -79,7 +79,8 @@ void communicator<Transport, Algorithm>::run_call(const A& a, const desc<T, Op>&
     using K = std::remove_cvref_t<decltype(c.x.op)>;
     static_assert(std::is_same_v<K, op::ordered<detail::inner_op_t<K>>>,
                   "tutti: scan and exscan take op::ordered<Op> (any op is in rank order there), not this op");
-    const algo::call_args<T, memory, detail::inner_op_t<K>> x{c.x.in, c.x.out, c.x.root, {}, {}, c.x.op.op};
+    const algo::call_args<T, memory, detail::inner_op_t<K>, algo::counts_for<C>> x{c.x.in, c.x.out, c.x.root, {}, {},
+                                                                                    c.x.op.op};
     if (!c.alone) run<C>(algo::direct{}, c.fp, c.basis, x);
   } else {
     if (!c.alone) run<C>(a, c.fp, c.basis, c.x);
@@ -179,8 +180,13 @@ auto communicator<Transport, Algorithm>::checked(const desc<T, Op>& d) {
   // every call), then what the peers must hear of.
   std::uint32_t op_id = 0;
   if constexpr (row.reduces) op_id = op_traits<Op>::id();
-  checked_call<T, K> c{next_fp(C, dtype_of<T>(), fp_count, row.rooted ? d.root : -1, op_id), basis,
-                       {d.in, d.out, d.root, b, r, kop}, p == 1};
+  using Counts = algo::counts_for<C>;
+  const auto counts = [](const block_counts& k) {  // (a uniform collective's call carries none)
+    if constexpr (std::is_same_v<Counts, block_counts>) return k;
+    else return Counts{};
+  };
+  checked_call<T, K, Counts> c{next_fp(C, dtype_of<T>(), fp_count, row.rooted ? d.root : -1, op_id), basis,
+                               {d.in, d.out, d.root, counts(b), counts(r), kop}, p == 1};
   fingerprint& fp = c.fp;
   if constexpr (row.where == counts_at::every_rank) fp.shape = detail::counts_digest(d.counts);
   if constexpr (row.counts == counts_kind::per_rank && row.where != counts_at::own_row) {
@@ -229,9 +235,14 @@ void communicator<Transport, Algorithm>::run(const A0& a0, const fingerprint& fp
   auto erased = [&] {
     detail::erased_op op;
     if constexpr (info(C).reduces) op = detail::erase_op<T>(x.op);
-    return algo::call_args<E, memory, detail::erased_op>{
+    algo::call_args<E, memory, detail::erased_op, algo::counts_for<C>> e{
         view<const E, memory>(reinterpret_cast<const E*>(x.in.data()), x.in.size() * scale),
-        view<E, memory>(reinterpret_cast<E*>(x.out.data()), x.out.size() * scale), x.root, x.counts, x.recv_counts, op};
+        view<E, memory>(reinterpret_cast<E*>(x.out.data()), x.out.size() * scale), x.root, {}, {}, op};
+    if constexpr (info(C).counts != counts_kind::uniform) {
+      e.counts = x.counts;
+      e.recv_counts = x.recv_counts;
+    }
+    return e;
   };
   // (Generic, so that its body is instantiated only where it is called: on host memory.)
   const auto run_erased_here = [&](auto candidate) {
@@ -289,7 +300,8 @@ std::size_t communicator<Transport, Algorithm>::choice(const A& a, collective c,
 template <transport Transport, algorithm Algorithm>
 template <collective C, std::size_t S, class A>
 void communicator<Transport, Algorithm>::run_erased(const A& a, std::size_t candidate, const fingerprint& fp,
-                                                    const algo::call_args<detail::elem<S>, memory, detail::erased_op>& x) {
+                                                    const algo::call_args<detail::elem<S>, memory, detail::erased_op,
+                                                                          algo::counts_for<C>>& x) {
   if constexpr (detail::is_automatic<A>::value) {
     a.visit(candidate, [&](const auto& concrete) {
       using CA = std::remove_cvref_t<decltype(concrete)>;
@@ -322,7 +334,8 @@ template <transport Transport, algorithm Algorithm>
 template <collective C, std::size_t S>
 void communicator<Transport, Algorithm>::run_compiled_at(const algorithm_type& a, const void* own,
                                                          std::size_t candidate, const fingerprint& fp, const void* args) {
-  const auto& x = *static_cast<const algo::call_args<detail::elem<S>, memory, detail::erased_op>*>(args);
+  const auto& x =
+      *static_cast<const algo::call_args<detail::elem<S>, memory, detail::erased_op, algo::counts_for<C>>*>(args);
   if (!own) {
     run_erased<C, S>(a, candidate, fp, x);
   } else {  // the call's own algorithm, of the type of candidate number `candidate`

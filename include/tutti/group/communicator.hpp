@@ -617,11 +617,11 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   void run_call(const A& a, const desc<T, Op>& d);
   /// A call as `run<C>` takes it, after the checks: its fingerprint, the bytes automatic
   /// chooses by, the schedule's arguments; `alone`: a one-rank group's, done already.
-  template <class T, class K>
+  template <class T, class K, class Counts>
   struct checked_call {
     fingerprint fp;
     std::size_t basis;
-    algo::call_args<T, memory, K> x;
+    algo::call_args<T, memory, K, Counts> x;
     bool alone;
   };
   /// The checks and the fingerprint of a call of `C` (steps 2-4 of the call path): apart from
@@ -634,8 +634,8 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   /// A call of a rank-ordered op (`detail::rank_ordered_op`: `op::ordered`,
   /// `op::reproducible_sum`) of a reducing collective, after the checks (group/ordered_path.hpp):
   /// every rank's values moved raw by `run_moving`, folded where they are reduced, in rank order.
-  template <collective C, class A, class T, class K>
-  void run_ordered(const A& a, const fingerprint& fp, std::size_t bytes, const algo::call_args<T, memory, K>& x);
+  template <collective C, class A, class T, class K, class Counts>
+  void run_ordered(const A& a, const fingerprint& fp, std::size_t bytes, const algo::call_args<T, memory, K, Counts>& x);
   /// `run<C>` of a collective that moves bytes, with `a` where it has `C` on the transport, else
   /// with `algo::direct`.
   template <collective C, class A, class X>
@@ -657,7 +657,7 @@ class communicator : public collective_calls<communicator<Transport, Algorithm>,
   /// choice (ignored for a concrete algorithm).
   template <collective C, std::size_t S, class A>
   void run_erased(const A& a, std::size_t candidate, const fingerprint& fp,
-                  const algo::call_args<detail::elem<S>, memory, detail::erased_op>& x);
+                  const algo::call_args<detail::elem<S>, memory, detail::erased_op, algo::counts_for<C>>& x);
   /// `run_erased<C, S>` with the communicator's own algorithm, for any scheduled collective `c`
   /// at element size `s` (`detail::compiled_size`), as one function (`args`: the call's
   /// `call_args<elem<s>, ...>`): what tutti::compiled compiles once for the communicators it

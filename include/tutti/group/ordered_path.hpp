@@ -58,9 +58,9 @@ inline constexpr algo::shared_memory default_shared_memory{};
 }  // namespace detail
 
 template <transport Transport, algorithm Algorithm>
-template <collective C, class A, class T, class K>
+template <collective C, class A, class T, class K, class Counts>
 void communicator<Transport, Algorithm>::run_ordered(const A& a, const fingerprint& fp, std::size_t bytes,
-                                                     const algo::call_args<T, memory, K>& x) {
+                                                     const algo::call_args<T, memory, K, Counts>& x) {
   static_assert(std::is_same_v<memory, host_memory>,
                 "tutti: rank-ordered ops (op::ordered, op::reproducible_sum) fold on the host; the device "
                 "transports do not run them");
@@ -69,7 +69,7 @@ void communicator<Transport, Algorithm>::run_ordered(const A& a, const fingerpri
   const auto P = static_cast<std::size_t>(p);
   if constexpr (detail::commutes_bitwise<inner, T>) {
     if (p == 2) {
-      const algo::call_args<T, memory, inner> plain{x.in, x.out, x.root, x.counts, x.recv_counts, x.op.op};
+      const algo::call_args<T, memory, inner, Counts> plain{x.in, x.out, x.root, x.counts, x.recv_counts, x.op.op};
       return run<C>(a, fp, bytes, plain);
     }
   }
@@ -93,7 +93,7 @@ void communicator<Transport, Algorithm>::run_ordered(const A& a, const fingerpri
         else return detail::default_shared_memory;
       }();
       if constexpr (plain_fold)
-        return run<C>(sm, fp, bytes, algo::call_args<T, memory, inner>{x.in, x.out, x.root, x.counts, x.recv_counts, x.op.op});
+        return run<C>(sm, fp, bytes, algo::call_args<T, memory, inner, Counts>{x.in, x.out, x.root, x.counts, x.recv_counts, x.op.op});
       else
         return run<C>(sm, fp, bytes, x);
     }
