@@ -2,6 +2,7 @@
 // where a reader can tell.
 #include <doctest/doctest.h>
 
+#include <cstring>
 #include <string>
 #include <tutti/transport/toolkit.hpp>
 
@@ -29,6 +30,44 @@ TEST_CASE("toolkit::wire: a fingerprint survives its 52-byte encoding and its se
   CHECK(toolkit::wire::from_words(words.data()) == f);
   f.root = 12;
   CHECK_FALSE(toolkit::wire::from_words(words.data()) == f);
+}
+
+TEST_CASE("toolkit::wire: a frame written in place matches its header, and no byte of it goes unchecked") {
+  header h;
+  h.fp.context = 5;  // put() writes the channel's context in its place
+  h.fp.seq = 41;
+  h.fp.count = 1000;
+  h.fp.shape = 0x1122334455667788ULL;
+  h.fp.dtype = 3;
+  h.fp.op = 2;
+  h.fp.root = 1;
+  h.fp.algo = 7;
+  h.fp.coll = collective::scatter;
+  h.fp.elem_size = 4;
+  h.bytes = 4000;
+  constexpr std::uint64_t context = 0x0102030405060708ULL;
+  alignas(64) std::byte at[toolkit::wire::frame_bytes + 1];  // (one more: an unaligned frame too)
+  for (const std::size_t off : {std::size_t{0}, std::size_t{1}}) {
+    std::byte* f = at + off;
+    toolkit::wire::frame::put(toolkit::wire::kind::message, h, context, f);
+    // The same bytes as the frame built and copied, context included.
+    header with = h;
+    with.fp.context = context;
+    const toolkit::wire::frame built = toolkit::wire::frame::of(toolkit::wire::kind::message, with);
+    CHECK(std::memcmp(f, &built, sizeof built) == 0);
+    CHECK(toolkit::wire::frame::matches(f, toolkit::wire::kind::message, h, context));
+    CHECK_FALSE(toolkit::wire::frame::matches(f, toolkit::wire::kind::failure, h, context));
+    CHECK_FALSE(toolkit::wire::frame::matches(f, toolkit::wire::kind::message, h, context + 1));
+    header more = h;
+    more.bytes += 1;
+    CHECK_FALSE(toolkit::wire::frame::matches(f, toolkit::wire::kind::message, more, context));
+    // A flipped bit anywhere in the 64 bytes is seen.
+    for (std::size_t i = 0; i < toolkit::wire::frame_bytes; ++i) {
+      f[i] ^= std::byte{0x10};
+      CHECK_MESSAGE(!toolkit::wire::frame::matches(f, toolkit::wire::kind::message, h, context), "byte ", i);
+      f[i] ^= std::byte{0x10};
+    }
+  }
 }
 
 TEST_CASE("toolkit::notice_text: a reason that fits travels whole, a longer one is cut at a word with a marker") {

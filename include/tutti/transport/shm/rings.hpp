@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "tutti/detail/attributes.hpp"
+#include "tutti/detail/copy.hpp"
 #include "tutti/core/fingerprint.hpp"
 #include "tutti/transport/byte_consumer.hpp"
 #include "tutti/transport/capabilities.hpp"
@@ -23,10 +24,13 @@ namespace tutti::detail::shm_impl {
 constexpr std::size_t pad(std::size_t n) { return (n + 63) & ~std::size_t{63}; }
 /// A sender rings the receiver's bell after each piece this large, so it can start on it.
 inline constexpr std::size_t piece_limit = std::size_t{64} << 10;
+/// A message (frame and padded payload) up to this size is written and published in one step
+/// where the ring has room for all of it; a larger one piece by piece.
+inline constexpr std::size_t small_message_bytes = 4096;
 
 struct copier {
   std::byte* dst;
-  void operator()(const std::byte* src, std::size_t offset, std::size_t n) const { std::memcpy(dst + offset, src, n); }
+  void operator()(const std::byte* src, std::size_t offset, std::size_t n) const { copy_host(dst + offset, src, n); }
 };
 
 /// A message being written to `peer`.

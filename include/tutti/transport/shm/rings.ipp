@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 
 #include "tutti/core/error.hpp"
@@ -20,6 +21,20 @@ TUTTI_DECL bool progress(segment& seg, const toolkit::group_map& g, outgoing& ou
   std::uint64_t& head = seg.sent[static_cast<std::size_t>(to)];
   const std::size_t total = toolkit::wire::frame_bytes + pad(out.h.bytes);
   out.seen_tail = ends.tail.load(std::memory_order_acquire);
+  if (out.done == 0 && total <= small_message_bytes) {
+    // A small message whose frame and payload fit at once, without wrapping: both written and
+    // published with one store of the head (the receiver reads the frame and its data together).
+    const std::size_t pos = static_cast<std::size_t>(head % cap);
+    if (cap - static_cast<std::size_t>(head - out.seen_tail) >= total && cap - pos >= total) {
+      toolkit::wire::frame::put(toolkit::wire::kind::message, out.h, g.context(), ring + pos);
+      if (out.h.bytes) copy_host(ring + pos + toolkit::wire::frame_bytes, out.data, out.h.bytes);
+      head += total;
+      out.done = total;
+      ends.head.store(head, std::memory_order_release);
+      seg.ring_bell(to);
+      return true;
+    }
+  }
   bool published = false;
   while (out.done < total) {
     const std::size_t room = cap - static_cast<std::size_t>(head - out.seen_tail);
@@ -51,6 +66,19 @@ TUTTI_DECL bool progress(segment& seg, const toolkit::group_map& g, outgoing& ou
   return out.done == total;
 }
 
+/// A frame not the one `in` expects: not a message frame at all, or a header that differs.
+[[noreturn]] TUTTI_COLD TUTTI_DECL void refuse_frame(const std::byte* at, const toolkit::group_map& g,
+                                                     const incoming& in, const wait_context& w) {
+  toolkit::wire::frame f;
+  std::memcpy(&f, at, sizeof f);
+  if (!f.is(toolkit::wire::kind::message))
+    throw error(errc::aborted, "shm: corrupt message stream from rank " + std::to_string(in.peer));
+  header want = in.expected;
+  want.fp.context = g.context();
+  toolkit::check_header(want, g.rank(), f.head(), in.peer, w.algorithm);
+  throw std::logic_error("shm: a frame that matches did not match");  // (check_header threw)
+}
+
 TUTTI_DECL bool progress(segment& seg, const toolkit::group_map& g, incoming& in, const wait_context& w) {
   const int me = seg.world_rank, from = g.world(in.peer);
   auto& ends = seg.ends(from, me);
@@ -61,14 +89,21 @@ TUTTI_DECL bool progress(segment& seg, const toolkit::group_map& g, incoming& in
   bool consumed = false;
   if (!in.checked) {
     if (in.seen_head - tail < toolkit::wire::frame_bytes) return false;
-    toolkit::wire::frame f;
-    std::memcpy(&f, ring + tail % cap, sizeof f);
-    if (!f.is(toolkit::wire::kind::message))
-      throw error(errc::aborted, "shm: corrupt message stream from rank " + std::to_string(in.peer));
-    header want = in.expected;
-    want.fp.context = g.context();
-    toolkit::check_header(want, g.rank(), f.head(), in.peer, w.algorithm);
+    const std::byte* at = ring + tail % cap;
+    if (!toolkit::wire::frame::matches(at, toolkit::wire::kind::message, in.expected, g.context())) [[unlikely]]
+      refuse_frame(at, g, in, w);
     in.checked = true;
+    const std::size_t whole = toolkit::wire::frame_bytes + pad(in.expected.bytes);
+    if (in.seen_head - tail >= whole && cap - static_cast<std::size_t>(tail % cap) >= whole) {
+      // The whole message is there in one piece (a small one, as a sender writes it): consumed
+      // and released at once.
+      if (in.expected.bytes) in.consume(at + toolkit::wire::frame_bytes, 0, in.expected.bytes);
+      in.done = whole - toolkit::wire::frame_bytes;
+      tail += whole;
+      ends.tail.store(tail, std::memory_order_release);
+      seg.ring_bell(from);
+      return true;
+    }
     tail += toolkit::wire::frame_bytes;
     consumed = true;
   }

@@ -8,43 +8,13 @@
 
 namespace tutti::toolkit::wire {
 
-TUTTI_DECL void encode(const fingerprint& f, std::byte* out) noexcept {
-  std::byte* p = out;
-  auto put = [&p](const auto& v) {
-    std::memcpy(p, &v, sizeof v);
-    p += sizeof v;
-  };
-  put(f.context);
-  put(f.seq);
-  put(f.count);
-  put(f.shape);
-  put(f.dtype);
-  put(f.op);
-  put(f.root);
-  put(f.algo);
-  put(f.coll);
-  put(f.elem_size);
-  put(f.reserved);
-}
+// The fingerprint's first 52 bytes are its members in order, without padding (wire.hpp's
+// static_assert): encoded and decoded as they lie.
+TUTTI_DECL void encode(const fingerprint& f, std::byte* out) noexcept { std::memcpy(out, &f, fingerprint_bytes); }
 
 TUTTI_DECL fingerprint decode(const std::byte* in) noexcept {
   fingerprint f;
-  const std::byte* p = in;
-  auto get = [&p](auto& v) {
-    std::memcpy(&v, p, sizeof v);
-    p += sizeof v;
-  };
-  get(f.context);
-  get(f.seq);
-  get(f.count);
-  get(f.shape);
-  get(f.dtype);
-  get(f.op);
-  get(f.root);
-  get(f.algo);
-  get(f.coll);
-  get(f.elem_size);
-  get(f.reserved);
+  std::memcpy(static_cast<void*>(&f), in, fingerprint_bytes);
   return f;
 }
 
@@ -54,6 +24,15 @@ TUTTI_DECL frame frame::of(kind k, const header& h) noexcept {
   encode(h.fp, f.fp.data());
   f.bytes = h.bytes;
   return f;
+}
+
+TUTTI_DECL void frame::put(kind k, const header& h, std::uint64_t context, std::byte* at) noexcept {
+  const auto magic = static_cast<std::uint32_t>(k);
+  std::memcpy(at, &magic, sizeof magic);
+  std::memcpy(at + sizeof magic, &context, sizeof context);  // the fingerprint's first member
+  std::memcpy(at + sizeof magic + sizeof context, reinterpret_cast<const std::byte*>(&h.fp) + sizeof context,
+              fingerprint_bytes - sizeof context);
+  std::memcpy(at + sizeof magic + fingerprint_bytes, &h.bytes, sizeof h.bytes);
 }
 
 TUTTI_DECL std::array<std::uint64_t, fingerprint_words> to_words(const fingerprint& f) noexcept {
