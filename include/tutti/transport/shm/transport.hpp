@@ -240,9 +240,12 @@ class shm {
                 Ready ready, bool compare = true) {
     using namespace detail::shm_impl;
     const bool over = seg_->oversubscribed;
-    // About 20 us of spinning (a pause is ~40 ns) when every rank has a core of its own; a
-    // moment when ranks outnumber cores, where spinning would starve the rank we wait for.
-    const toolkit::wait_policy policy{over ? 16 : 512, {}, std::chrono::microseconds(over ? 20 : 200),
+    // About 20 us of spinning (a pause is ~40 ns) when every rank has a core of its own, then
+    // sleep: a yield would hand the core to whatever else runs there (a busy machine's other
+    // processes) for the rest of its time slice, where a sleeper woken by the doorbell preempts
+    // it. A moment of spinning and 20 us of yields when ranks outnumber cores, where spinning
+    // would starve the rank we wait for.
+    const toolkit::wait_policy policy{over ? 16 : 512, {}, std::chrono::microseconds(over ? 20 : 0),
                                       std::chrono::milliseconds(20)};
     bool published = false, extended = false;
     int sleeps = 0;
