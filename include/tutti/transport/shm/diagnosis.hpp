@@ -47,21 +47,22 @@ TUTTI_DECL const char* waits_how(wait_kind how);
 /// stopped by SIGSTOP, a debugger, ...) and not only the first link of the chain.
 TUTTI_COLD TUTTI_DECL std::string blocked_chain(const segment& seg, const toolkit::group_map& g, int world_r);
 
-/// Raises `peer_lost` if group rank `peer` failed. If it exited (`peer_lost`), or is blocked in a
-/// later call or in this one with other arguments (`mismatch_error`), it raises only while what
-/// this rank waits for is still missing after it looked (`ready()`): a peer that finished the
-/// call without the message or room we need has left it behind. Without `compare`, it checks
+/// Raises the peer's own error if group rank `peer` failed, `peer_lost` if it exited, and
+/// `mismatch_error` if it is blocked in a later call or in this one with other arguments; each
+/// only while what this rank waits for is still missing after it looked (`ready()`): a peer that
+/// finished the call without the message or room we need has left it behind. Without `compare`, it checks
 /// failure and exit only (see shm::wait_for).
 template <class Ready>
 void check_peer(const segment& seg, const toolkit::group_map& g, int peer, const header& h, const wait_context& w,
                 Ready& ready, bool compare = true) {
   const int wr = g.world(peer);
   if (std::string why = seg.gone(wr); !why.empty()) {
+    // A peer that failed or exited may have posted what we wait for just before (its last step
+    // of this call, then a mistake in a later one, or the end of its program) after our last
+    // look (this rank preempted in between): then this call completes, and the next one hears.
+    if (ready()) return;
     if (auto notice = seg.failure_notice(wr))
       toolkit::raise_notice(*notice, g, peer, toolkit::where(h, w.algorithm) + " on " + g.name(g.rank()));
-    // A peer that exited may have posted what we wait for just before (its last step of the
-    // call, then the end of its program) after our last look: then it left nothing behind.
-    if (ready()) return;
     toolkit::throw_lost(toolkit::where(h, w.algorithm) + ": " + g.name(peer) + " " + why + " while " + g.name(g.rank()) +
                             " waited for it",
                         g.job_rank(peer));
