@@ -50,8 +50,8 @@ TUTTI_COLD TUTTI_DECL std::string blocked_chain(const segment& seg, const toolki
 /// Raises the peer's own error if group rank `peer` failed, `peer_lost` if it exited, and
 /// `mismatch_error` if it is blocked in a later call or in this one with other arguments; each
 /// only while what this rank waits for is still missing after it looked (`ready()`): a peer that
-/// finished the call without the message or room we need has left it behind. Without `compare`, it checks
-/// failure and exit only (see shm::wait_for).
+/// finished the call without the message or room we need has left it behind. Without `compare`,
+/// it checks failure and exit only (see shm::wait_for).
 template <class Ready>
 void check_peer(const segment& seg, const toolkit::group_map& g, int peer, const header& h, const wait_context& w,
                 Ready& ready, bool compare = true) {

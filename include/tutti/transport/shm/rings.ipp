@@ -42,11 +42,8 @@ TUTTI_DECL bool progress(segment& seg, const toolkit::group_map& g, outgoing& ou
     const std::size_t pos = static_cast<std::size_t>(head % cap);
     std::size_t n;
     if (out.done == 0) {
-      header h = out.h;
-      h.fp.context = g.context();
-      const auto f = toolkit::wire::frame::of(toolkit::wire::kind::message, h);
-      std::memcpy(ring + pos, &f, sizeof f);
-      n = sizeof f;
+      toolkit::wire::frame::put(toolkit::wire::kind::message, out.h, g.context(), ring + pos);
+      n = toolkit::wire::frame_bytes;
     } else {
       const std::size_t off = out.done - toolkit::wire::frame_bytes;
       n = std::min({room, total - out.done, cap - pos, piece_limit});
@@ -87,18 +84,19 @@ TUTTI_DECL bool progress(segment& seg, const toolkit::group_map& g, incoming& in
   std::uint64_t& tail = seg.received[static_cast<std::size_t>(from)];
   in.seen_head = ends.head.load(std::memory_order_acquire);
   bool consumed = false;
+  const std::size_t bytes = in.expected.bytes, total = pad(bytes);
   if (!in.checked) {
     if (in.seen_head - tail < toolkit::wire::frame_bytes) return false;
     const std::byte* at = ring + tail % cap;
     if (!toolkit::wire::frame::matches(at, toolkit::wire::kind::message, in.expected, g.context())) [[unlikely]]
       refuse_frame(at, g, in, w);
     in.checked = true;
-    const std::size_t whole = toolkit::wire::frame_bytes + pad(in.expected.bytes);
+    const std::size_t whole = toolkit::wire::frame_bytes + total;
     if (in.seen_head - tail >= whole && cap - static_cast<std::size_t>(tail % cap) >= whole) {
       // The whole message is there in one piece (a small one, as a sender writes it): consumed
       // and released at once.
-      if (in.expected.bytes) in.consume(at + toolkit::wire::frame_bytes, 0, in.expected.bytes);
-      in.done = whole - toolkit::wire::frame_bytes;
+      if (bytes) in.consume(at + toolkit::wire::frame_bytes, 0, bytes);
+      in.done = total;
       tail += whole;
       ends.tail.store(tail, std::memory_order_release);
       seg.ring_bell(from);
@@ -107,7 +105,6 @@ TUTTI_DECL bool progress(segment& seg, const toolkit::group_map& g, incoming& in
     tail += toolkit::wire::frame_bytes;
     consumed = true;
   }
-  const std::size_t bytes = in.expected.bytes, total = pad(bytes);
   while (in.done < total && in.seen_head > tail) {
     const std::size_t pos = static_cast<std::size_t>(tail % cap);
     const std::size_t n = std::min({static_cast<std::size_t>(in.seen_head - tail), total - in.done, cap - pos});
